@@ -1,0 +1,254 @@
+"""The asyncio face of the engine (docs/engine.md): EngineCore.step() on its own thread, one stream per request.
+
+Threads and ownership:
+- The engine thread owns the EngineCore and the table of open streams. Everything else reaches them
+  through `_submit()`: a command list under a condition variable, drained at every step boundary.
+- The event loop owns each request's asyncio.Queue. The engine thread fills it with
+  `loop.call_soon_threadsafe`, so nothing here ever blocks the loop for longer than a lock hand-off.
+- Back-pressure: a stream counts the chunks handed to the loop and not yet read. The engine thread pauses
+  the request, before its next step, when that count reaches `max_buffered_chunks`; the consumer resumes
+  it once it has read half of them. A paused request keeps its KV blocks and slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.engine_core import EngineCore
+from engine.outputs import AudioChunk, EngineError, EngineStats, ModelInfo
+from engine.params import GenerationParams, GenerationRequest
+from engine.sequence import Sequence
+
+logger = logging.getLogger(__name__)
+
+# What the engine thread hands to a request's queue: a chunk, None (cancelled), or the error that ends it.
+_Item = AudioChunk | EngineError | None
+
+
+class _Stream:
+    """One request's output channel from the engine thread to the event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_buffered: int) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self.max_buffered = max_buffered
+        self.lock = threading.Lock()  # guards the two counters below, shared by both threads
+        self.buffered = 0  # items handed to the loop and not yet taken by the consumer
+        self.paused = False
+
+    def put(self, item: _Item) -> bool:
+        """Engine thread. True when the request must be paused now (its consumer lags too far)."""
+        with self.lock:
+            self.buffered += 1
+            pause = not self.paused and self.buffered >= self.max_buffered
+            self.paused |= pause
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        return pause
+
+    def taken(self) -> bool:
+        """Event loop, after each get. True when a paused request may resume."""
+        with self.lock:
+            self.buffered -= 1
+            resume = self.paused and self.buffered <= self.max_buffered // 2
+            self.paused &= not resume
+        return resume
+
+
+class AsyncEngine:
+    def __init__(self, config: EngineConfig, core: EngineCore | None = None) -> None:
+        self.config = config
+        self.core = core or EngineCore(config)  # loads the weights: blocking
+        self.info: ModelInfo = self.core.info
+        self._cond = threading.Condition()
+        self._commands: list[tuple[Any, ...]] = []  # guarded by _cond
+        self._stopping = False  # guarded by _cond
+        self._dead = False  # guarded by _cond: the engine thread has exited, commands are refused
+        self._streams: dict[str, _Stream] = {}  # engine thread only
+        self._stats: EngineStats = self.core.stats()  # replaced (never mutated) by the engine thread
+        self._thread: threading.Thread | None = None
+
+    # lifecycle
+
+    async def start(self) -> None:
+        """Warm up (one short generation, off the event loop), then start the engine thread."""
+        if self._thread is not None:
+            return
+        await asyncio.to_thread(self._warm_up)
+        self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+        self._thread.start()
+
+    def _warm_up(self) -> None:
+        request = GenerationRequest(text="Warm up.", params=GenerationParams(seed=0, max_patches=2))
+        self.core.add_request(request)
+        while self.core.has_work():
+            self.core.step()
+        self._stats = self.core.stats()
+
+    async def close(self) -> None:
+        """Fail every open request with EngineError("engine closed") and stop the engine thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+        else:
+            self._shut_down(EngineError("engine closed"))
+
+    # requests
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[AudioChunk]:
+        """Stream a request's chunks; the last one has `finish_reason` set.
+
+        Raises EngineError for a bad request (nothing is queued then) or when the engine fails. Leaving
+        the loop early, or cancelling the consuming task, cancels the request.
+        """
+        seq = self.core.make_sequence(request)
+        stream = _Stream(asyncio.get_running_loop(), self.config.max_buffered_chunks)
+        self._submit(("add", seq, stream))
+        done = False
+        try:
+            while not done:
+                item = await stream.queue.get()
+                if stream.taken():
+                    self._submit(("resume", request.request_id))
+                if item is None:  # cancelled through cancel()
+                    done = True
+                    return
+                if isinstance(item, EngineError):
+                    done = True
+                    raise item
+                done = item.finish_reason is not None
+                yield item
+        finally:
+            if not done:
+                self.cancel(request.request_id)
+
+    def cancel(self, request_id: str) -> None:
+        """Thread-safe and idempotent: the request leaves the batch at the next step boundary."""
+        with contextlib.suppress(EngineError):  # the engine is gone, and every request with it
+            self._submit(("abort", request_id))
+
+    async def encode_audio(self, wav: np.ndarray, padding: str = "left") -> np.ndarray:
+        """wav (float32 mono at info.encoder_sample_rate) -> latent patches [n, P, D], on the engine thread."""
+        future: concurrent.futures.Future[np.ndarray] = concurrent.futures.Future()
+        self._submit(("encode", wav, padding, future))
+        return await asyncio.wrap_future(future)
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    # engine thread
+
+    def _submit(self, command: tuple[Any, ...]) -> None:
+        with self._cond:
+            if self._dead or self._stopping:
+                raise EngineError("the engine is not running")
+            self._commands.append(command)
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        error = EngineError("engine closed")
+        try:
+            while self._wait_for_work():
+                self._run_commands()
+                if self.core.has_work():
+                    self._deliver(self.core.step())
+                self._stats = self.core.stats()
+        except EngineError as exc:
+            logger.exception("engine failed")
+            error = exc
+        except BaseException as exc:
+            logger.exception("engine loop crashed")
+            error = EngineError(f"engine loop crashed: {exc!r}")
+        self._shut_down(error)
+
+    def _wait_for_work(self) -> bool:
+        """Block while idle. The first arrival after idling opens a `coalesce_ms` window so that a burst of
+        requests lands in one prefill; while busy, arrivals join at the next step boundary. False: stop."""
+        with self._cond:
+            if self.core.has_work():
+                return not self._stopping
+            while not self._commands and not self._stopping:
+                self._cond.wait()
+            if any(command[0] == "add" for command in self._commands):
+                deadline = time.monotonic() + self.config.coalesce_ms / 1e3
+                while not self._stopping and (remaining := deadline - time.monotonic()) > 0:
+                    self._cond.wait(remaining)
+            return not self._stopping
+
+    def _run_commands(self) -> None:
+        with self._cond:
+            commands, self._commands = self._commands, []
+        for kind, *args in commands:
+            if kind == "add":
+                self._add(*args)
+            elif kind == "abort":
+                (request_id,) = args
+                self.core.abort(request_id)
+                stream = self._streams.pop(request_id, None)
+                if stream is not None:
+                    self._put(request_id, stream, None)
+            elif kind == "resume":
+                self.core.resume(*args)
+            elif kind == "encode":
+                wav, padding, future = args
+                try:
+                    future.set_result(self.core.encode_audio(wav, padding))
+                except Exception as exc:
+                    future.set_exception(exc)
+
+    def _add(self, seq: Sequence, stream: _Stream) -> None:
+        if seq.request_id in self._streams:
+            self._put(seq.request_id, stream, EngineError(f"request id {seq.request_id!r} is already in use"))
+            return
+        try:
+            self.core.add_sequence(seq)
+        except EngineError as exc:
+            self._put(seq.request_id, stream, exc)
+            return
+        self._streams[seq.request_id] = stream
+
+    def _deliver(self, chunks: list[AudioChunk]) -> None:
+        for chunk in chunks:
+            stream = self._streams.get(chunk.request_id)
+            if stream is None:
+                continue
+            if chunk.finish_reason is not None:
+                del self._streams[chunk.request_id]
+            if self._put(chunk.request_id, stream, chunk) and chunk.finish_reason is None:
+                self.core.pause(chunk.request_id)
+
+    def _put(self, request_id: str, stream: _Stream, item: _Item) -> bool:
+        try:
+            return stream.put(item)
+        except RuntimeError:  # the consumer's event loop is closed: nobody will read this request
+            self.core.abort(request_id)
+            self._streams.pop(request_id, None)
+            return False
+
+    def _shut_down(self, error: EngineError) -> None:
+        """Refuse new commands, fail queued ones and every open request with `error`."""
+        with self._cond:
+            self._dead = True
+            commands, self._commands = self._commands, []
+        # Unhealthy before anyone hears of the failure, so that a failed request sees a consistent stats().
+        self._stats = dataclasses.replace(self.core.stats(), healthy=False)
+        for kind, *args in commands:
+            if kind == "add":
+                self._put(args[0].request_id, args[1], EngineError(str(error)))
+            elif kind == "encode":
+                args[2].set_exception(EngineError(str(error)))
+        for request_id, stream in list(self._streams.items()):
+            self._put(request_id, stream, EngineError(str(error)))
+        self._streams.clear()

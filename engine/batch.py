@@ -1,0 +1,48 @@
+"""The contract between the runtime (model_runner) and the model: one packed forward step.
+
+A step carries B sequences. Prefilling sequences contribute their prompt positions, decoding ones a
+single position (the patch generated last step, fed back as an audio position). All positions are
+packed along one axis of length N; `cu_seqlens_q` marks where each sequence's positions start.
+Every tensor lives on the model's device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(slots=True)
+class AttentionMetadata:
+    """Where the causal layers (base LM, residual LM) read and write their paged KV cache."""
+
+    cu_seqlens_q: torch.Tensor  # int32 [B+1], offsets of each sequence's new positions in the packed axis
+    seq_lens: torch.Tensor  # int32 [B], KV length of each sequence after this step (cached + new)
+    max_seqlen_q: int
+    max_seqlen_k: int
+    slot_mapping: torch.Tensor  # int64 [N], flat KV slot (block_id * block_size + offset) per new position
+    block_tables: torch.Tensor  # int32 [B, max_blocks], padded with -1... rows are read up to seq_lens
+    decode_only: bool  # every sequence has exactly one new position
+
+
+@dataclass(slots=True)
+class ModelInputs:
+    # per position, packed: [N]
+    token_ids: torch.Tensor  # int64, text token id (0 at audio positions)
+    feats: torch.Tensor  # [N, P, D] latent patch per position (zeros at text positions)
+    audio_mask: torch.Tensor  # bool [N], True at audio positions (prompt audio or a fed-back patch)
+    positions: torch.Tensor  # int64 [N], position within its sequence (for RoPE)
+    # per sequence: [B]
+    last_index: torch.Tensor  # int64 [B], packed index of each sequence's last position
+    cfg_value: torch.Tensor  # float32 [B]
+    temperature: torch.Tensor  # float32 [B]
+    timesteps: torch.Tensor  # int64 [B], CFM Euler steps per sequence (rows may differ)
+    noise: torch.Tensor  # float32 [B, D, P], standard normal CFM start (scaled by temperature inside)
+    attn: AttentionMetadata
+
+
+@dataclass(slots=True)
+class ModelOutputs:
+    patches: torch.Tensor  # float32 [B, P, D], the generated latent patch per sequence
+    stop: torch.Tensor  # bool [B], the stop head's verdict (argmax == 1) on the hidden that made the patch

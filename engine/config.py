@@ -1,0 +1,32 @@
+"""Engine configuration: one flat dataclass that checks itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    model: str  # checkpoint directory or Hugging Face repo id
+    device: str = "auto"  # "auto" = cuda if available, else cpu
+    dtype: str = "auto"  # "auto" = bfloat16 on cuda, float32 on cpu
+    max_num_seqs: int = 256  # concurrent running requests (engine slots)
+    max_model_len: int = 4096  # LM positions per request: prompt + generated patches
+    kv_block_size: int = 256  # flash-attn's paged kernel needs a multiple of 256
+    num_kv_blocks: int | None = None  # None: sized from max_num_seqs and max_model_len
+    max_prefill_tokens: int = 8192  # prompt positions admitted per step
+    max_patches: int = 2000  # absolute cap on generated patches per request
+    coalesce_ms: float = 3.0  # when idle, wait this long after the first arrival to batch a burst
+    max_buffered_chunks: int = 32  # a request whose consumer lags this far is paused (no engine work)
+    attention_backend: str = "auto"  # auto | flash_attn | sdpa | torch
+    enforce_eager: bool = False  # no CUDA graphs
+
+    def __post_init__(self) -> None:
+        assert self.max_num_seqs >= 1
+        assert self.max_model_len >= 16
+        assert self.kv_block_size >= 1
+        assert self.max_prefill_tokens >= 1
+        assert self.max_patches >= 1
+        assert self.coalesce_ms >= 0
+        assert self.max_buffered_chunks >= 1
+        assert self.attention_backend in ("auto", "flash_attn", "sdpa", "torch")

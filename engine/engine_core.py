@@ -1,0 +1,131 @@
+"""The synchronous engine: add_request / abort / step(). Single-threaded; AsyncEngine drives it."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.model_runner import ModelRunner
+from engine.models.voxcpm.prompt import build_prompt
+from engine.noise import draw_seed
+from engine.outputs import AudioChunk, EngineError, EngineStats
+from engine.params import GenerationRequest
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+
+_EMA = 0.1  # weight of the newest step in the step-time and batch-size averages
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, runner: ModelRunner | None = None) -> None:
+        self.config = config
+        self.runner = runner or ModelRunner(config)
+        self.info = self.runner.info
+        self.scheduler = Scheduler(config, self.runner.num_kv_blocks)
+        self.healthy = True
+        self.num_steps = 0
+        self.step_ms_avg = 0.0
+        self.batch_size_avg = 0.0
+
+    def make_sequence(self, request: GenerationRequest) -> Sequence:
+        """Validate and tokenize a request (EngineError if it can never run). Touches no engine state, so
+        callers may run it on their own thread, before queueing."""
+        checkpoint = self.runner.checkpoint
+        try:
+            request.params.validate()
+            prompt = build_prompt(request.text, request.prompt, checkpoint.tokenizer, checkpoint.config)
+            seq = Sequence(
+                request_id=request.request_id,
+                token_ids=prompt.token_ids.numpy(),
+                feats=prompt.feats.numpy(),
+                audio_mask=prompt.audio_mask.numpy(),
+                params=request.params,
+                seed=draw_seed() if request.params.seed is None else request.params.seed,
+                num_target_tokens=prompt.target_text_tokens,
+            )
+            self.scheduler.patch_cap(seq)
+        except ValueError as exc:
+            raise EngineError(f"bad request {request.request_id}: {exc}") from exc
+        return seq
+
+    def add_sequence(self, seq: Sequence) -> None:
+        if not self.healthy:
+            raise EngineError("the engine has failed and accepts no requests")
+        try:
+            self.scheduler.add(seq)
+        except ValueError as exc:
+            raise EngineError(f"bad request {seq.request_id}: {exc}") from exc
+
+    def add_request(self, request: GenerationRequest) -> None:
+        self.add_sequence(self.make_sequence(request))
+
+    def abort(self, request_id: str) -> bool:
+        """Cancel a queued or running request, freeing its KV blocks and slot now. False if unknown."""
+        return self.scheduler.abort(request_id) is not None
+
+    def pause(self, request_id: str) -> None:
+        self.scheduler.pause(request_id)
+
+    def resume(self, request_id: str) -> None:
+        self.scheduler.resume(request_id)
+
+    def has_work(self) -> bool:
+        return self.healthy and self.scheduler.has_work()
+
+    def step(self) -> list[AudioChunk]:
+        """Run one step; one chunk per stepped request, `finish_reason` set on a request's last chunk.
+
+        Any failure is fatal: the engine turns unhealthy, drops every request and raises EngineError.
+        """
+        if not self.healthy:
+            raise EngineError("the engine has failed")
+        start = time.perf_counter()
+        try:
+            batch = self.scheduler.schedule()
+            if not batch:
+                return []
+            result = self.runner.run(batch)
+            self.scheduler.postprocess(batch, result.stops)
+        except Exception as exc:
+            self._fail()
+            raise EngineError(f"engine step failed: {exc!r}") from exc
+        chunks = [
+            AudioChunk(seq.request_id, seq.num_generated - 1, result.samples[i], result.latents[i], seq.finish_reason)
+            for i, seq in enumerate(batch)
+        ]
+        self._record(len(batch), time.perf_counter() - start)
+        return chunks
+
+    def _fail(self) -> None:
+        self.healthy = False
+        for request_id in list(self.scheduler.requests):
+            self.scheduler.abort(request_id)
+
+    def _record(self, batch_size: int, seconds: float) -> None:
+        first = self.num_steps == 0
+        self.num_steps += 1
+        self.step_ms_avg = seconds * 1e3 if first else (1 - _EMA) * self.step_ms_avg + _EMA * seconds * 1e3
+        self.batch_size_avg = batch_size if first else (1 - _EMA) * self.batch_size_avg + _EMA * batch_size
+
+    def stats(self) -> EngineStats:
+        scheduler = self.scheduler
+        return EngineStats(
+            running=scheduler.num_running,
+            waiting=len(scheduler.waiting),
+            paused=scheduler.num_paused,
+            max_num_seqs=scheduler.max_num_seqs,
+            kv_blocks_free=scheduler.block_manager.num_free_blocks,
+            kv_blocks_total=scheduler.block_manager.num_blocks,
+            steps=self.num_steps,
+            step_ms_avg=self.step_ms_avg,
+            batch_size_avg=self.batch_size_avg,
+            healthy=self.healthy,
+        )
+
+    def encode_audio(self, wav: np.ndarray, padding: str = "left") -> np.ndarray:
+        try:
+            return self.runner.encode_audio(wav, padding)
+        except ValueError as exc:
+            raise EngineError(f"cannot encode audio: {exc}") from exc

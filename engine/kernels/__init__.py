@@ -1,0 +1,117 @@
+"""Fused elementwise kernels (Triton, CUDA only) and their plain-torch twins, behind one dispatch per op.
+
+Why: at batch, a LocDiT layer is ~40 kernel launches of which only 4 are GEMMs; the rest (fp32 RMSNorm, RoPE,
+SiLU*mul, residual adds) each make a full pass over [2 * B * S, hidden] activations, and the VAE's Snake makes
+five passes over its largest tensors. Each fused kernel does one pass and keeps the twin's rounding points
+(fp32 math, one rounding to the model dtype where the twin rounds), so outputs agree with the twin to the last
+bf16 ulp or so (tests/engine/kernels compare them on the GPU).
+
+The twins are the reference numerics (voxcpm `modules/minicpm4/model.py`, `audio_vae*.py`) and are what CPU
+runs and parity tests execute. `fused_enabled(False)` forces the twins on CUDA too (profiling, A/B checks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+
+_TRITON = importlib.util.find_spec("triton") is not None
+_enabled = True  # owned here; flipped only through fused_enabled()
+
+
+@contextlib.contextmanager
+def fused_enabled(enabled: bool) -> Iterator[None]:
+    """Temporarily turn the Triton kernels on or off (they are on by default wherever they can run)."""
+    global _enabled
+    previous, _enabled = _enabled, enabled
+    try:
+        yield
+    finally:
+        _enabled = previous
+
+
+def _fused(x: torch.Tensor) -> bool:
+    return _enabled and _TRITON and x.is_cuda
+
+
+# -- twins -------------------------------------------------------------------------------------------------------
+
+
+def rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Normalise in fp32, round to x's dtype, then multiply by the weight (the reference's order)."""
+    variance = x.float().pow(2).mean(dim=-1, keepdim=True)
+    return (x * torch.rsqrt(variance + eps)).to(x.dtype) * weight
+
+
+def rope_torch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [..., heads, D]; cos/sin [..., 1, D]. Computed in fp32 and rounded back, like the reference."""
+    xf = x.float()
+    x1, x2 = xf.chunk(2, dim=-1)
+    return (xf * cos + torch.cat((-x2, x1), dim=-1) * sin).to(x.dtype)
+
+
+def silu_mul_torch(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def snake_torch(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """x + sin²(αx)/α with the reference's 1e-9 guard; x [B, C, L], alpha [1, C, 1]."""
+    return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
+
+
+# -- dispatch ----------------------------------------------------------------------------------------------------
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.rms_norm(x, weight, eps)
+    return rms_norm_torch(x, weight, eps)
+
+
+def add_rms_norm(
+    x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + update, rms_norm(x + update)): the residual add and the next layer norm in one pass."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.add_rms_norm(x, update, weight, eps)
+    summed = x + update
+    return summed, rms_norm_torch(summed, weight, eps)
+
+
+def rope_qk(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE on q [..., H, D] and k [..., Hkv, D]; cos/sin [R, 1, D] with R = tokens (causal) or S (per row).
+
+    The fused kernel rotates q and k in place inside their (strided) qkv buffer, one launch for both.
+    """
+    if _fused(q):
+        from engine.kernels import triton_ops
+
+        return triton_ops.rope_qk_(q, k, cos, sin)
+    return rope_torch(q, cos, sin), rope_torch(k, cos, sin)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    if _fused(gate_up):
+        from engine.kernels import triton_ops
+
+        return triton_ops.silu_mul(gate_up)
+    return silu_mul_torch(gate_up)
+
+
+def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.snake(x, alpha)
+    return snake_torch(x, alpha)

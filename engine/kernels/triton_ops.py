@@ -1,0 +1,195 @@
+"""Triton kernels for engine.kernels (CUDA only; imported lazily). Each keeps its torch twin's rounding points:
+fp32 arithmetic inside, one rounding to the storage dtype exactly where the twin rounds. Inputs the kernels
+do not cover (mixed dtypes, odd layouts) fall back to the twin, so callers never need to check."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from engine.kernels import rms_norm_torch, rope_torch, silu_mul_torch, snake_torch
+
+
+def _warps(block: int) -> int:
+    return max(1, min(16, block // 256))
+
+
+# -- RMSNorm (optionally fused with the residual add before it) --------------------------------------------------
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr, up_ptr, w_ptr, out_ptr, sum_ptr, n_cols, eps, HAS_UPDATE: tl.constexpr, BLOCK: tl.constexpr
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    if HAS_UPDATE:
+        update = tl.load(up_ptr + row * n_cols + cols, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + update.to(tl.float32)).to(sum_ptr.dtype.element_ty)  # torch's rounded add
+        tl.store(sum_ptr + row * n_cols + cols, x, mask=mask)
+    xf = x.to(tl.float32)
+    variance = tl.sum(xf * xf, axis=0) / n_cols
+    normed = (xf * libdevice.rsqrt(variance + eps)).to(out_ptr.dtype.element_ty)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * n_cols + cols, (normed.to(tl.float32) * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _norm_ok(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return x.is_contiguous() and weight.dtype == x.dtype and weight.is_contiguous()
+
+
+def _launch_norm(x: torch.Tensor, update: torch.Tensor | None, weight: torch.Tensor, eps: float):
+    n_cols = x.shape[-1]
+    out = torch.empty_like(x)
+    summed = torch.empty_like(x) if update is not None else out
+    rows = x.numel() // n_cols
+    if rows:
+        block = triton.next_power_of_2(n_cols)
+        _rms_norm_kernel[(rows,)](
+            x, update if update is not None else x, weight, out, summed, n_cols, eps,
+            HAS_UPDATE=update is not None, BLOCK=block, num_warps=_warps(block),
+        )  # fmt: skip
+    return summed, out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if not _norm_ok(x, weight):
+        return rms_norm_torch(x, weight, eps)
+    return _launch_norm(x, None, weight, eps)[1]
+
+
+def add_rms_norm(
+    x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if not (_norm_ok(x, weight) and update.is_contiguous() and update.dtype == x.dtype and update.shape == x.shape):
+        summed = x + update
+        return summed, rms_norm_torch(summed, weight, eps)
+    return _launch_norm(x, update, weight, eps)
+
+
+# -- RoPE on q and k, in place in the qkv buffer -----------------------------------------------------------------
+
+
+@triton.jit
+def _rope_kernel(
+    q_ptr, k_ptr, cos_ptr, sin_ptr, q_stride, k_stride, n_rows,
+    HQ: tl.constexpr, HK: tl.constexpr, HQ_P: tl.constexpr, HK_P: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    token = tl.program_id(0).to(tl.int64)
+    row = token % n_rows
+    d = tl.arange(0, D)
+    partner = (d + D // 2) % D
+    sign = tl.where(d < D // 2, -1.0, 1.0)
+    cos = tl.load(cos_ptr + row * D + d).to(tl.float32)[None, :]
+    sin = (tl.load(sin_ptr + row * D + d).to(tl.float32) * sign)[None, :]
+
+    hq = tl.arange(0, HQ_P)[:, None]
+    q_base = q_ptr + token * q_stride
+    q_mask = hq < HQ
+    x = tl.load(q_base + hq * D + d[None, :], mask=q_mask, other=0.0).to(tl.float32)
+    xp = tl.load(q_base + hq * D + partner[None, :], mask=q_mask, other=0.0).to(tl.float32)
+    tl.store(q_base + hq * D + d[None, :], (x * cos + xp * sin).to(q_ptr.dtype.element_ty), mask=q_mask)
+
+    hk = tl.arange(0, HK_P)[:, None]
+    k_base = k_ptr + token * k_stride
+    k_mask = hk < HK
+    x = tl.load(k_base + hk * D + d[None, :], mask=k_mask, other=0.0).to(tl.float32)
+    xp = tl.load(k_base + hk * D + partner[None, :], mask=k_mask, other=0.0).to(tl.float32)
+    tl.store(k_base + hk * D + d[None, :], (x * cos + xp * sin).to(k_ptr.dtype.element_ty), mask=k_mask)
+
+
+def _token_stride(x: torch.Tensor) -> int | None:
+    """Stride between tokens of x [..., H, D] when each token's heads are packed ([H, D] contiguous) and the
+    leading dims flatten to one token axis (true of q/k split from a contiguous qkv output); else None."""
+    heads, dim = x.shape[-2:]
+    if x.stride(-1) != 1 or x.stride(-2) != dim:
+        return None
+    if x.dim() == 2:
+        return heads * dim
+    for i in range(x.dim() - 4, -1, -1):
+        if x.shape[i] != 1 and x.stride(i) != x.stride(i + 1) * x.shape[i + 1]:
+            return None
+    return x.stride(-3)
+
+
+def rope_qk_(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    dim = q.shape[-1]
+    q_stride, k_stride = _token_stride(q), _token_stride(k)
+    tables = cos.reshape(-1, dim), sin.reshape(-1, dim)
+    ok = (
+        q_stride is not None
+        and k_stride is not None
+        and q.dtype == k.dtype
+        and dim == triton.next_power_of_2(dim)
+        and all(t.is_contiguous() and t.dtype == q.dtype for t in tables)
+        and q.shape[:-2] == k.shape[:-2]
+    )
+    if not ok:
+        return rope_torch(q, cos, sin), rope_torch(k, cos, sin)
+    tokens = q.numel() // (q.shape[-2] * dim)
+    if tokens:
+        hq, hk = q.shape[-2], k.shape[-2]
+        _rope_kernel[(tokens,)](
+            q, k, tables[0], tables[1], q_stride, k_stride, tables[0].shape[0],
+            HQ=hq, HK=hk, HQ_P=triton.next_power_of_2(hq), HK_P=triton.next_power_of_2(hk), D=dim,
+            num_warps=_warps(hq * dim),
+        )  # fmt: skip
+    return q, k
+
+
+# -- SiLU(gate) * up ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _silu_mul_kernel(gu_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    gate = tl.load(gu_ptr + row * 2 * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(gu_ptr + row * 2 * n_cols + n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    act = (gate / (1.0 + tl.exp(-gate))).to(out_ptr.dtype.element_ty)  # F.silu rounds here
+    tl.store(out_ptr + row * n_cols + cols, (act.to(tl.float32) * up).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    if not gate_up.is_contiguous():
+        return silu_mul_torch(gate_up)
+    n_cols = gate_up.shape[-1] // 2
+    out = torch.empty(*gate_up.shape[:-1], n_cols, dtype=gate_up.dtype, device=gate_up.device)
+    rows = out.numel() // n_cols if n_cols else 0
+    if rows:
+        block = min(1024, triton.next_power_of_2(n_cols))
+        _silu_mul_kernel[(rows, triton.cdiv(n_cols, block))](gate_up, out, n_cols, BLOCK=block, num_warps=4)
+    return out
+
+
+# -- Snake (AudioVAE activation) ---------------------------------------------------------------------------------
+
+
+@triton.jit
+def _snake_kernel(x_ptr, alpha_ptr, out_ptr, numel, length, channels, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    alpha = tl.load(alpha_ptr + (offs // length) % channels, mask=mask, other=1.0).to(tl.float32)
+    s = libdevice.sin(alpha * x)
+    tl.store(out_ptr + offs, (x + s * s / (alpha + 1e-9)).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    if not (x.dim() == 3 and x.is_contiguous() and alpha.numel() == x.shape[1] and alpha.dtype == x.dtype):
+        return snake_torch(x, alpha)
+    out = torch.empty_like(x)
+    numel = x.numel()
+    if numel:
+        block = 1024
+        _snake_kernel[(triton.cdiv(numel, block),)](
+            x, alpha.contiguous(), out, numel, x.shape[2], x.shape[1], BLOCK=block, num_warps=4
+        )
+    return out

@@ -1,0 +1,319 @@
+"""The device side of the engine: weights, the KV pool, per-slot state, and every host<->device copy.
+
+One `run(batch)` is one engine step. The running streams decode in one forward (replayed from a CUDA graph
+per batch bucket on CUDA, see cuda_graphs.py); newly admitted requests prefill in a second, eager forward of
+the same step. Both feed their generated patches back into per-slot device buffers, decode them to audio with
+the streaming VAE, and the step brings latents, audio and stop flags back in ONE device->host copy.
+
+Per-slot device state (indexed by `Sequence.slot`, written at admission, read by every step):
+- `slot_patch`: the patch a request generated last; the next step's input position for that request.
+  The autoregressive feedback never leaves the device.
+- `slot_seed`, `slot_step`: the counter-based noise key; `slot_step` counts the request's patches.
+- `slot_cfg`, `slot_temperature`, `slot_timesteps`: per-request sampling settings.
+- `slot_prompt_len`, `slot_blocks`: the decode position (prompt length + patches - 1) and the KV block
+  table (fixed at admission: KV is reserved for the request's whole life, see block_manager.py).
+- the streaming VAE decoder's causal context (owned by `StreamingVAEDecoder`).
+A decode step therefore needs from the host only the list of slots.
+
+Slot `max_num_seqs` and KV block `num_kv_blocks` are scratch: graph rows past the batch point at them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from engine.batch import AttentionMetadata, ModelInputs, ModelOutputs
+from engine.config import EngineConfig
+from engine.cuda_graphs import DecodeGraphs
+from engine.models.voxcpm.checkpoint import LoadedVoxCPM, load_voxcpm
+from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
+from engine.noise import standard_normal
+from engine.outputs import ModelInfo
+from engine.params import GenerationParams
+from engine.sequence import Sequence
+
+# The reference decodes continuation output together with up to 3 trailing prompt patches
+# (`streaming_prefix_len - 1`); priming the streaming decoder with them reproduces that audio.
+DECODE_CONTEXT_PATCHES = 3
+
+
+class NoiseSource(Protocol):
+    def __call__(self, seeds: torch.Tensor, steps: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor: ...
+
+
+@dataclass(slots=True)
+class StepResult:
+    """Host copies of one step's results, row i for batch[i]."""
+
+    latents: np.ndarray  # float32 [B, P, D]
+    samples: np.ndarray  # float32 [B, P * samples_per_frame]
+    stops: list[bool]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    names = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    return names[name]
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, noise: NoiseSource = standard_normal) -> None:
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.noise = noise
+        checkpoint: LoadedVoxCPM = load_voxcpm(config.model, self.device, self.dtype, config.attention_backend)
+        self.checkpoint = checkpoint
+        self.model = checkpoint.model
+        self.vae = checkpoint.vae
+        self.patch_size = checkpoint.config.patch_size
+        self.feat_dim = checkpoint.config.feat_dim
+
+        self.block_size = config.kv_block_size
+        self.max_blocks_per_seq = -(-config.max_model_len // self.block_size)
+        # Sized from the configuration: every slot can hold a request of max_model_len positions.
+        self.num_kv_blocks = config.num_kv_blocks or config.max_num_seqs * self.max_blocks_per_seq
+        # One block more than the scheduler hands out: the scratch block that padded graph rows write into.
+        self.scratch_block = self.num_kv_blocks
+        self.model.allocate_kv_cache(self.num_kv_blocks + 1, self.block_size)
+
+        # Slot max_num_seqs is the scratch slot: padded graph rows read and write its state, never a request's.
+        self.scratch_slot = config.max_num_seqs
+        num_slots = config.max_num_seqs + 1
+        # The decoder runs in fp16 on CUDA (0.3 % rel. RMS from fp32, ~1.6x faster at batch) and fp32 on the CPU;
+        # the encoder (prompt audio, once per request) stays fp32. float64 is for tests.
+        self.vae_dtype = {torch.float64: torch.float64}.get(
+            self.dtype, torch.float16 if self.device.type == "cuda" else torch.float32
+        )
+        self.encoder_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
+        self.vae.encoder.to(self.encoder_dtype)
+        self.vae.decoder.to(self.vae_dtype)
+        self.vae_decoder = StreamingVAEDecoder(self.vae, num_slots, self.device, self.vae_dtype)
+        self.slot_patch = torch.zeros(num_slots, self.patch_size, self.feat_dim, device=self.device)
+        self.slot_seed = torch.zeros(num_slots, dtype=torch.int64, device=self.device)
+        self.slot_step = torch.zeros(num_slots, dtype=torch.int64, device=self.device)
+        self.slot_cfg = torch.zeros(num_slots, device=self.device)
+        self.slot_temperature = torch.zeros(num_slots, device=self.device)
+        self.slot_timesteps = torch.ones(num_slots, dtype=torch.int64, device=self.device)
+        # Where a slot's decode position and KV live: position = prompt length + patches generated - 1.
+        self.slot_prompt_len = torch.ones(num_slots, dtype=torch.int64, device=self.device)
+        self.slot_blocks = torch.full(
+            (num_slots, self.max_blocks_per_seq), self.scratch_block, dtype=torch.int32, device=self.device
+        )
+
+        self.info = ModelInfo(
+            name=Path(config.model.rstrip("/")).name,
+            architecture=checkpoint.config.architecture,
+            sample_rate=self.vae.out_sample_rate,
+            encoder_sample_rate=self.vae.sample_rate,
+            patch_size=self.patch_size,
+            feat_dim=self.feat_dim,
+            samples_per_patch=self.patch_size * self.vae.decode_chunk_size,
+            supports_reference=checkpoint.config.is_v2,
+        )
+        self.graphs: DecodeGraphs | None = None
+        if self.device.type == "cuda" and not config.enforce_eager:
+            self.graphs = DecodeGraphs(self._decode_body, config.max_num_seqs, self.scratch_slot, self.device)
+            with torch.inference_mode():
+                self.graphs.capture_all(GenerationParams().inference_timesteps)
+
+    # host -> device
+
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        if self.device.type == "cuda":
+            return tensor.pin_memory().to(self.device, non_blocking=True)
+        return tensor.to(self.device)
+
+    def _admit(self, seqs: list[Sequence]) -> None:
+        """Initialise the slot state of newly admitted requests (their prefill step)."""
+        params = np.array(
+            [[seq.seed, seq.params.inference_timesteps, seq.num_prompt] for seq in seqs], dtype=np.int64
+        )
+        floats = np.array([[seq.params.cfg_value, seq.params.temperature] for seq in seqs], dtype=np.float32)
+        blocks = np.full((len(seqs), self.max_blocks_per_seq), self.scratch_block, dtype=np.int32)
+        for row, seq in enumerate(seqs):
+            blocks[row, : len(seq.block_table)] = seq.block_table
+        slots = self._to_device(np.array([seq.slot for seq in seqs], dtype=np.int64))
+        params_d, floats_d = self._to_device(params), self._to_device(floats)
+        self.slot_seed[slots] = params_d[:, 0]
+        self.slot_timesteps[slots] = params_d[:, 1]
+        self.slot_prompt_len[slots] = params_d[:, 2]
+        self.slot_step[slots] = 0
+        self.slot_cfg[slots] = floats_d[:, 0]
+        self.slot_temperature[slots] = floats_d[:, 1]
+        self.slot_blocks[slots] = self._to_device(blocks)
+        self.vae_decoder.reset(slots)
+        # Prime in groups of equal context length: admissions are rare, so this loop is short.
+        contexts: dict[int, list[tuple[int, np.ndarray]]] = {}
+        for seq in seqs:
+            context = seq.decode_context(DECODE_CONTEXT_PATCHES)
+            if context is not None:
+                contexts.setdefault(len(context), []).append((seq.slot, context))
+        for group in contexts.values():
+            group_slots = self._to_device(np.array([slot for slot, _ in group], dtype=np.int64))
+            latents = self._to_device(np.stack([context for _, context in group]))  # [G, n, P, D]
+            self.vae_decoder.prime(group_slots, latents.flatten(1, 2).transpose(1, 2))  # [G, D, n * P]
+
+    def _slot_settings(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
+        steps = self.slot_step[slots]
+        return dict(
+            cfg_value=self.slot_cfg[slots],
+            temperature=self.slot_temperature[slots],
+            timesteps=self.slot_timesteps[slots],
+            noise=self.noise(self.slot_seed[slots], steps, (self.feat_dim, self.patch_size)),
+        )
+
+    def _emit(self, slots: torch.Tensor, outputs: ModelOutputs) -> torch.Tensor:
+        """Feed the patches back into the slots, decode them to audio; packed [B, latents | samples | stop]."""
+        patches = outputs.patches.float()  # [B, P, D]
+        self.slot_patch[slots] = patches
+        self.slot_step[slots] += 1
+        samples = self.vae_decoder.decode(slots, patches.transpose(1, 2))  # [B, D, P] -> [B, P * hop]
+        return torch.cat([patches.flatten(1), samples, outputs.stop.float().unsqueeze(1)], dim=1)
+
+    def _decode_body(self, slots: torch.Tensor, max_timesteps: int, max_seqlen_k: int | None = None) -> torch.Tensor:
+        """One decode step of the streams in `slots` (int64 [B] on the device), everything derived on the device
+        from slot state, so that it can be captured (DecodeGraphs). `max_seqlen_k` only sizes the torch
+        attention kernels' gather; None = the whole block table (what a graph must assume)."""
+        batch = slots.shape[0]
+        steps = self.slot_step[slots]
+        positions = self.slot_prompt_len[slots] + steps - 1
+        blocks = self.slot_blocks[slots]  # int32 [B, max_blocks]
+        block_of = blocks.gather(1, (positions // self.block_size).unsqueeze(1)).squeeze(1)
+        offsets = torch.arange(batch + 1, device=self.device)
+        inputs = ModelInputs(
+            token_ids=torch.zeros(batch, dtype=torch.int64, device=self.device),
+            feats=self.slot_patch[slots].to(self.dtype),
+            audio_mask=torch.ones(batch, dtype=torch.bool, device=self.device),
+            positions=positions,
+            last_index=offsets[:batch],
+            **self._slot_settings(slots),
+            attn=AttentionMetadata(
+                cu_seqlens_q=offsets.int(),
+                seq_lens=(positions + 1).int(),
+                max_seqlen_q=1,
+                max_seqlen_k=max_seqlen_k or self.max_blocks_per_seq * self.block_size,
+                slot_mapping=block_of.long() * self.block_size + positions % self.block_size,
+                block_tables=blocks,
+                decode_only=True,
+            ),
+        )
+        packed = self._emit(slots, self.model.forward(inputs, max_timesteps))
+        self.slot_step[self.scratch_slot] = 0  # keeps padded rows at position 0 of the scratch block
+        return packed
+
+    def _decode(self, seqs: list[Sequence], max_timesteps: int) -> torch.Tensor:
+        slots = np.array([seq.slot for seq in seqs], dtype=np.int64)
+        if self.graphs is not None and self.graphs.bucket_for(len(seqs)) is not None:
+            return self.graphs.run(slots, max_timesteps)
+        max_seqlen_k = max(seq.num_positions for seq in seqs)
+        return self._decode_body(self._to_device(slots), max_timesteps, max_seqlen_k)
+
+    def _prefill(self, seqs: list[Sequence], max_timesteps: int) -> torch.Tensor:
+        """Eager forward over the prompts of newly admitted requests (variable length: never graphed)."""
+        num_new = np.array([seq.num_prompt for seq in seqs], dtype=np.int64)
+        cu_seqlens = np.zeros(len(seqs) + 1, dtype=np.int64)
+        np.cumsum(num_new, out=cu_seqlens[1:])
+        num_tokens = int(cu_seqlens[-1])
+        token_ids = np.concatenate([seq.token_ids for seq in seqs])
+        audio_mask = np.concatenate([seq.audio_mask for seq in seqs]).astype(np.int64)
+        positions = np.concatenate([np.arange(n) for n in num_new])
+        block_tables = np.full((len(seqs), self.max_blocks_per_seq), self.scratch_block, dtype=np.int64)
+        for row, seq in enumerate(seqs):
+            block_tables[row, : len(seq.block_table)] = seq.block_table
+        seq_index = np.repeat(np.arange(len(seqs)), num_new)
+        slot_mapping = block_tables[seq_index, positions // self.block_size] * self.block_size
+        slot_mapping += positions % self.block_size
+        slots = np.array([seq.slot for seq in seqs], dtype=np.int64)
+
+        # One host->device copy for every integer, split into views on the device.
+        per_token = [token_ids, audio_mask, positions, slot_mapping]
+        per_seq = [cu_seqlens, num_new, cu_seqlens[1:] - 1, slots, block_tables.reshape(-1)]
+        packed = self._to_device(np.concatenate(per_token + per_seq))
+        n, b = num_tokens, len(seqs)
+        token_ids_d, audio_mask_d, positions_d, slot_mapping_d = packed[: 4 * n].view(4, n)
+        cu_seqlens_d = packed[4 * n : 4 * n + b + 1]
+        seq_lens_d, last_index_d, slots_d = packed[4 * n + b + 1 : 4 * n + 4 * b + 1].view(3, b)
+        block_tables_d = packed[4 * n + 4 * b + 1 :].view(b, self.max_blocks_per_seq)
+
+        inputs = ModelInputs(
+            token_ids=token_ids_d,
+            feats=self._to_device(np.concatenate([seq.feats for seq in seqs])).to(self.dtype),
+            audio_mask=audio_mask_d.bool(),
+            positions=positions_d,
+            last_index=last_index_d,
+            **self._slot_settings(slots_d),
+            attn=AttentionMetadata(
+                cu_seqlens_q=cu_seqlens_d.int(),
+                seq_lens=seq_lens_d.int(),
+                max_seqlen_q=int(num_new.max()),
+                max_seqlen_k=int(num_new.max()),
+                slot_mapping=slot_mapping_d,
+                block_tables=block_tables_d.int(),
+                decode_only=False,
+            ),
+        )
+        return self._emit(slots_d, self.model.forward(inputs, max_timesteps))
+
+    @torch.inference_mode()
+    def run(self, batch: list[Sequence]) -> StepResult:
+        """One step: running streams decode (graphed when possible), admissions prefill eagerly in the same
+        step, so an admission neither stalls the running streams nor turns their step eager."""
+        num_decode = sum(not seq.is_prefill for seq in batch)
+        decodes, prefills = batch[:num_decode], batch[num_decode:]
+        assert all(seq.is_prefill for seq in prefills), "the scheduler puts decodes before prefills"
+        max_timesteps = max(seq.params.inference_timesteps for seq in batch)  # known here: no device read
+        parts = []
+        if decodes:
+            # Graph keys include the loop bound: decode rows use their own maximum, not the newcomers'.
+            parts.append(self._decode(decodes, max(seq.params.inference_timesteps for seq in decodes)))
+        if prefills:
+            self._admit(prefills)
+            parts.append(self._prefill(prefills, max_timesteps))
+        packed = parts[0] if len(parts) == 1 else torch.cat(parts)
+
+        # One device->host copy per step: latents, audio and stop flags side by side.
+        b, latent_size = len(batch), self.patch_size * self.feat_dim
+        if self.device.type == "cuda":
+            # A fresh pinned buffer (the host allocator caches them): the chunks handed out keep views of it.
+            host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+            host.copy_(packed, non_blocking=True)
+            torch.cuda.current_stream(self.device).synchronize()
+        else:
+            host = packed
+        host_np = host.numpy()
+        return StepResult(
+            latents=host_np[:, :latent_size].reshape(b, self.patch_size, self.feat_dim),
+            samples=host_np[:, latent_size:-1],
+            stops=(host_np[:, -1] > 0.5).tolist(),
+        )
+
+    @torch.inference_mode()
+    def encode_audio(self, wav: np.ndarray, padding: str) -> np.ndarray:
+        """float32 mono wav at the encoder rate -> latent patches [n, P, D].
+
+        Padded to whole patches as the reference `_encode_wav`: on the left for continuation prompts (the
+        audio must end where the generation starts), on the right for reference audio.
+        """
+        if padding not in ("left", "right"):
+            raise ValueError(f"padding must be 'left' or 'right', got {padding!r}")
+        wav = np.asarray(wav, dtype=np.float32)
+        if wav.ndim != 1 or wav.size == 0:
+            raise ValueError(f"wav must be a non-empty 1-D array, got shape {wav.shape}")
+        pad = -wav.size % (self.patch_size * self.vae.chunk_size)
+        wav = np.pad(wav, (pad, 0) if padding == "left" else (0, pad))
+        latents = self.vae.encode(self._to_device(wav).view(1, 1, -1).to(self.encoder_dtype))  # [1, D, frames]
+        patches = latents[0].float().view(self.feat_dim, -1, self.patch_size).permute(1, 2, 0)
+        return patches.cpu().numpy()

@@ -1,0 +1,1 @@
+"""Model families served by the engine."""

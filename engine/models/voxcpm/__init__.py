@@ -1,0 +1,30 @@
+"""VoxCPM (VoxCPM-0.5B, VoxCPM1.5: architecture "voxcpm"; VoxCPM2: "voxcpm2") for the engine.
+
+Public surface for the runtime:
+- `load_voxcpm(path_or_repo, device, dtype, attention_backend) -> LoadedVoxCPM(model, vae, tokenizer, config, path)`
+- `build_prompt(text, prompt, tokenizer, config) -> PackedPrompt` (token_ids, feats, audio_mask, target_text_tokens)
+- `VoxCPMModel.forward(ModelInputs, max_timesteps=None) -> ModelOutputs`, `.allocate_kv_cache(num_blocks,
+  block_size)`, `.kv_cache_bytes_per_token()`
+- `engine.models.voxcpm.make_checkpoint.make_checkpoint(variant, size, out, seed, no_stop)`: random checkpoints
+  in the released layout (not imported here, so that `python -m` runs it cleanly).
+"""
+
+from engine.models.voxcpm.checkpoint import CheckpointError, LoadedVoxCPM, load_voxcpm
+from engine.models.voxcpm.config import ConfigError, VoxCPMConfig, load_config
+from engine.models.voxcpm.model import VoxCPMModel
+from engine.models.voxcpm.prompt import PackedPrompt, build_prompt
+from engine.models.voxcpm.tokenizer import VoxCPMTokenizer, preprocess_text
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "LoadedVoxCPM",
+    "PackedPrompt",
+    "VoxCPMConfig",
+    "VoxCPMModel",
+    "VoxCPMTokenizer",
+    "build_prompt",
+    "load_config",
+    "load_voxcpm",
+    "preprocess_text",
+]

@@ -1,0 +1,175 @@
+"""MiniCPM4 decoder stack (pre-RMSNorm, GQA attention with LongRoPE, SwiGLU MLP), causal or bidirectional.
+
+Causal stacks (base LM, residual LM) run on the packed positions of a step and keep K/V in the paged pool
+through the attention backend. Bidirectional stacks (LocEnc, LocDiT) run on [rows, S, hidden] with positions
+0..S-1 and no cache. q/k/v and gate/up are fused GEMMs; the checkpoint loader splits the released names.
+
+Numerics follow the reference (voxcpm `modules/minicpm4/model.py`): RMSNorm normalises in fp32 and rounds
+before the weight multiply; RoPE is applied in fp32 with cos/sin tables that live in the model dtype (the
+reference's `model.to(dtype)` rounds its fp32 tables, so a bf16 model uses bf16-rounded tables).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from engine import kernels
+from engine.attention import AttentionBackend
+from engine.batch import AttentionMetadata
+from engine.models.voxcpm.config import MiniCPM4Config
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return kernels.rms_norm(x, self.weight, self.eps)
+
+    def add_forward(self, x: torch.Tensor, update: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + update, norm(x + update)) in one pass."""
+        return kernels.add_rms_norm(x, update, self.weight, self.eps)
+
+
+class LongRoPE(nn.Module):
+    """cos/sin tables of MiniCPM's LongRoPE for positions [0, length).
+
+    The factors are chosen by `max_position_embeddings` (not `length`), so a table cut to the few positions
+    a local stack needs holds the same values as the reference's full one.
+    """
+
+    def __init__(self, config: MiniCPM4Config, length: int) -> None:
+        super().__init__()
+        self.config = config
+        self.length = length
+        dim = config.head_dim
+        self.register_buffer("cos", torch.empty(length, dim), persistent=False)
+        self.register_buffer("sin", torch.empty(length, dim), persistent=False)
+        if self.cos.device.type != "meta":
+            self.fill()
+
+    @torch.no_grad()
+    def fill(self) -> None:
+        """(Re)compute the tables in fp32 on the CPU and store them in the buffers' dtype and device."""
+        cfg = self.config
+        dim = cfg.head_dim
+        scaling = cfg.rope_scaling
+        scale = cfg.max_position_embeddings / scaling.original_max_position_embeddings
+        amplitude = math.sqrt(1 + math.log(scale) / math.log(scaling.original_max_position_embeddings))
+        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2).float() / dim))
+        long = cfg.max_position_embeddings > scaling.original_max_position_embeddings
+        ext = torch.tensor(scaling.long_factor if long else scaling.short_factor, dtype=torch.float32)
+        t = torch.arange(self.length, dtype=torch.float32)
+        freqs = torch.mul(torch.outer(t, 1.0 / ext), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.cos.copy_(emb.cos() * amplitude)
+        self.sin.copy_(emb.sin() * amplitude)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: MiniCPM4Config, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = self.head_dim**-0.5
+        self.backend = backend
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.split = (q_size, kv_size, kv_size)
+        self.qkv_proj = nn.Linear(config.hidden_size, q_size + 2 * kv_size, bias=False)
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
+        # Paged KV pool of a causal layer, bound by VoxCPMModel.allocate_kv_cache (not part of the state dict).
+        self.k_cache = torch.empty(0)
+        self.v_cache = torch.empty(0)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        attn: AttentionMetadata | None,
+    ) -> torch.Tensor:
+        """Causal over the KV pool if `attn` is given (x [N, hidden]), else bidirectional per row (x [B, S, hidden])."""
+        lead = x.shape[:-1]
+        q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
+        q = q.view(*lead, self.num_heads, self.head_dim)
+        k = k.view(*lead, self.num_kv_heads, self.head_dim)
+        v = v.view(*lead, self.num_kv_heads, self.head_dim)
+        if rope is not None:
+            q, k = kernels.rope_qk(q, k, *rope)
+        if attn is None:
+            out = self.backend.dense(q, k, v, self.scale)
+        else:
+            out = self.backend.paged(q, k, v, self.k_cache, self.v_cache, attn, self.scale)
+        return self.o_proj(out.reshape(*lead, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: MiniCPM4Config) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(kernels.silu_mul(self.gate_up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: MiniCPM4Config, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.self_attn = Attention(config, backend)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        # muP residual scaling; off (1.0) in the released configs.
+        self.residual_scale = config.scale_depth / math.sqrt(config.num_hidden_layers) if config.use_mup else None
+
+    def _scaled(self, update: torch.Tensor) -> torch.Tensor:
+        return update if self.residual_scale is None else update * self.residual_scale
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        normed: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        attn: AttentionMetadata | None,
+        next_norm: RMSNorm,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: the residual stream; normed: input_layernorm(x), computed by the previous layer's last add.
+        Returns the new residual stream and `next_norm` of it: each residual add is fused with the norm after."""
+        x, h = self.post_attention_layernorm.add_forward(x, self._scaled(self.self_attn(normed, rope, attn)))
+        return next_norm.add_forward(x, self._scaled(self.mlp(h)))
+
+
+class MiniCPM4(nn.Module):
+    """One stack. `rope_length`: positions its RoPE table covers (ignored when the config has no_rope)."""
+
+    def __init__(self, config: MiniCPM4Config, backend: AttentionBackend, rope_length: int) -> None:
+        super().__init__()
+        self.config = config
+        if config.vocab_size > 0:
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, backend) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rope = None if config.no_rope else LongRoPE(config, rope_length)
+
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor | None = None, attn: AttentionMetadata | None = None
+    ) -> torch.Tensor:
+        """Causal: x [N, hidden] with positions [N] and attn. Bidirectional: x [B, S, hidden], positions 0..S-1."""
+        rope = None
+        if self.rope is not None:
+            if positions is None:
+                cos, sin = self.rope.cos[: x.shape[-2]], self.rope.sin[: x.shape[-2]]
+            else:
+                cos, sin = self.rope.cos[positions], self.rope.sin[positions]
+            rope = (cos.unsqueeze(-2), sin.unsqueeze(-2))
+        norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
+        normed = self.layers[0].input_layernorm(x)
+        for layer, next_norm in zip(self.layers, norms, strict=True):
+            x, normed = layer(x, normed, rope, attn, next_norm)
+        return normed

@@ -1,0 +1,167 @@
+"""VoxCPMModel: one packed engine step (prefill and decode positions mixed) for VoxCPM v1 and v2.
+
+Per position: text embedding, or LocEnc of the latent patch at audio positions; the base LM (causal, paged
+KV); FSQ at audio positions; the residual LM on `enc + audio*feat_emb` (v1) or
+`fusion_concat_proj(cat(enc, audio*feat_emb))` (v2). Per sequence, at its last position: mu from the two LM
+hiddens (v1: sum of the projections, v2: their concatenation), the CFM sampler conditioned on that
+position's patch, and the stop head on the base LM hidden. Reference: voxcpm `model/voxcpm.py` and
+`model/voxcpm2.py` (`_inference`).
+
+The parameter tree mirrors the released checkpoints except for the fused q/k/v and gate/up GEMMs
+(see checkpoint.py). The AudioVAE is a separate module (audio_vae.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.attention import AttentionBackend, get_attention_backend
+from engine.batch import ModelInputs, ModelOutputs
+from engine.models.voxcpm.cfm import CFM
+from engine.models.voxcpm.config import VoxCPMConfig
+from engine.models.voxcpm.locdit import LocDiT
+from engine.models.voxcpm.locenc import LocEnc
+from engine.models.voxcpm.minicpm4 import Attention, LongRoPE, MiniCPM4
+
+
+class ScalarQuantization(nn.Module):
+    """FSQ: out_proj(round(tanh(in_proj(h)) * scale) / scale)."""
+
+    def __init__(self, dim: int, latent_dim: int, scale: int) -> None:
+        super().__init__()
+        self.in_proj = nn.Linear(dim, latent_dim)
+        self.out_proj = nn.Linear(latent_dim, dim)
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(torch.round(torch.tanh(self.in_proj(x)) * self.scale) / self.scale)
+
+
+class VoxCPMModel(nn.Module):
+    def __init__(self, config: VoxCPMConfig, backend: AttentionBackend | None = None) -> None:
+        super().__init__()
+        backend = backend or get_attention_backend("torch", "cpu")
+        self.config = config
+        self.backend = backend
+        lm = config.lm_config
+        hidden = lm.hidden_size
+        self.patch_size = config.patch_size
+        self.feat_dim = config.feat_dim
+        self.base_lm = MiniCPM4(lm, backend, rope_length=lm.max_position_embeddings)
+        self.residual_lm = MiniCPM4(config.residual_lm(), backend, rope_length=lm.max_position_embeddings)
+        self.feat_encoder = LocEnc(
+            config.local_stack(config.encoder_config), config.feat_dim, config.patch_size, backend
+        )
+        estimator = LocDiT(
+            config.local_stack(config.dit_config),
+            config.feat_dim,
+            config.patch_size,
+            mu_tokens=2 if config.is_v2 else 0,
+            backend=backend,
+        )
+        self.feat_decoder = CFM(estimator, config.mean_mode)
+        self.fsq_layer = ScalarQuantization(
+            hidden, config.scalar_quantization_latent_dim, config.scalar_quantization_scale
+        )
+        enc_hidden, dit_hidden = config.encoder_config.hidden_dim, config.dit_config.hidden_dim
+        self.enc_to_lm_proj = nn.Linear(enc_hidden, hidden)
+        self.lm_to_dit_proj = nn.Linear(hidden, dit_hidden)
+        self.res_to_dit_proj = nn.Linear(hidden, dit_hidden)
+        self.fusion_concat_proj = nn.Linear(2 * hidden, hidden) if config.is_v2 else None
+        self.stop_proj = nn.Linear(hidden, hidden)
+        self.stop_head = nn.Linear(hidden, 2, bias=False)
+        self.embed_scale = lm.scale_emb if lm.use_mup else None
+
+    # -- setup ---------------------------------------------------------------------------------------------------
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.stop_head.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.stop_head.weight.device
+
+    def fill_rope_tables(self) -> None:
+        """Compute the RoPE tables in the buffers' current dtype/device (after building on the meta device)."""
+        for module in self.modules():
+            if isinstance(module, LongRoPE):
+                module.fill()
+
+    def _causal_attention(self) -> list[Attention]:
+        return [layer.self_attn for stack in (self.base_lm, self.residual_lm) for layer in stack.layers]
+
+    def kv_cache_bytes_per_token(self) -> int:
+        """Bytes of K and V per LM position over all causal layers (base + residual LM) in the model dtype."""
+        elem = torch.empty(0, dtype=self.dtype).element_size()
+        return sum(2 * a.num_kv_heads * a.head_dim * elem for a in self._causal_attention())
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Allocate and bind one [num_blocks, block_size, kv_heads, head_dim] K and V pool per causal layer.
+
+        Zero-filled: the torch kernels gather whole blocks and mask afterwards, and 0 * NaN from
+        uninitialised memory would poison the masked sum.
+        """
+        caches = []
+        for attn in self._causal_attention():
+            shape = (num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
+            attn.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            attn.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            caches.append((attn.k_cache, attn.v_cache))
+        return caches
+
+    # -- step ----------------------------------------------------------------------------------------------------
+
+    def _embed_audio(self, feats: torch.Tensor, audio: torch.Tensor, all_audio: bool) -> torch.Tensor:
+        """LocEnc embedding at audio positions, zero elsewhere. [N, P, D] -> [N, hidden]."""
+        if all_audio:
+            emb = self.enc_to_lm_proj(self.feat_encoder(feats))
+            return torch.where(audio[:, None], emb, torch.zeros_like(emb))
+        index = audio.nonzero().squeeze(1)  # prefill steps run eagerly, so this host sync is acceptable
+        emb = torch.zeros(feats.shape[0], self.config.lm_config.hidden_size, dtype=self.dtype, device=feats.device)
+        if index.numel():
+            emb[index] = self.enc_to_lm_proj(self.feat_encoder(feats[index]))
+        return emb
+
+    @torch.inference_mode()
+    def forward(self, inputs: ModelInputs, max_timesteps: int | None = None) -> ModelOutputs:
+        """One step per engine/batch.py. `max_timesteps` (host int, >= every row's timesteps) saves reading
+        `inputs.timesteps.max()` back from the device (needed for CUDA graphs)."""
+        attn = inputs.attn
+        audio = inputs.audio_mask
+        feats = inputs.feats.to(self.dtype)
+        # Decode positions are fed-back patches, so a decode-only step encodes every row (graph-friendly).
+        feat_emb = self._embed_audio(feats, audio, all_audio=attn.decode_only)
+        text_emb = self.base_lm.embed_tokens(inputs.token_ids)
+        if self.embed_scale is not None:
+            text_emb = text_emb * self.embed_scale
+        mask = audio[:, None]
+        enc = self.base_lm(torch.where(mask, feat_emb, text_emb), inputs.positions, attn)
+        enc = torch.where(mask, self.fsq_layer(enc), enc)
+        if self.fusion_concat_proj is not None:
+            residual_in = self.fusion_concat_proj(torch.cat((enc, feat_emb), dim=-1))
+        else:
+            residual_in = enc + feat_emb
+        res = self.residual_lm(residual_in, inputs.positions, attn)
+
+        last = inputs.last_index
+        lm_h, res_h = enc[last], res[last]
+        if self.fusion_concat_proj is not None:
+            mu = torch.cat((self.lm_to_dit_proj(lm_h), self.res_to_dit_proj(res_h)), dim=-1)
+        else:
+            mu = self.lm_to_dit_proj(lm_h) + self.res_to_dit_proj(res_h)
+        if max_timesteps is None:
+            max_timesteps = int(inputs.timesteps.max())
+        patches = self.feat_decoder(
+            mu,
+            feats[last],
+            inputs.noise.transpose(1, 2),
+            inputs.temperature,
+            inputs.cfg_value,
+            inputs.timesteps,
+            max_timesteps,
+        )
+        stop = self.stop_head(F.silu(self.stop_proj(lm_h))).argmax(dim=-1) == 1
+        return ModelOutputs(patches=patches.float(), stop=stop)

@@ -1,0 +1,84 @@
+"""Packed prompt positions of one request, for every conditioning mode (reference `_generate_with_prompt_cache`).
+
+- zero-shot:                 [tok(text), 101]
+- continuation:              [tok(prompt.text + text), 101, a_1 .. a_n]
+- reference (VoxCPM2):       [103, r_1 .. r_m, 104, tok(text), 101]
+- reference + continuation:  [103, r_1 .. r_m, 104, tok(prompt.text + text), 101, a_1 .. a_n]
+
+Text positions (including 101/103/104) carry their token id and a zero patch; audio positions carry token id 0,
+their latent patch and audio_mask True. The generation cap of the reference is 6 * n + 10 patches with n the
+token count of the target text alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.models.voxcpm.config import (
+    AUDIO_START_TOKEN,
+    REF_AUDIO_END_TOKEN,
+    REF_AUDIO_START_TOKEN,
+    VoxCPMConfig,
+)
+from engine.models.voxcpm.tokenizer import VoxCPMTokenizer, preprocess_text
+from engine.params import Prompt
+
+
+@dataclass(frozen=True, slots=True)
+class PackedPrompt:
+    token_ids: torch.Tensor  # int64 [T]
+    feats: torch.Tensor  # float32 [T, P, D]
+    audio_mask: torch.Tensor  # bool [T]
+    target_text_tokens: int  # n of the reference's length cap 6 * n + 10
+
+    def __len__(self) -> int:
+        return self.token_ids.shape[0]
+
+    @property
+    def max_patches(self) -> int:
+        """The reference's text-proportional cap on generated patches."""
+        return 6 * self.target_text_tokens + 10
+
+
+def _latents(name: str, value: np.ndarray, patch_size: int, feat_dim: int) -> torch.Tensor:
+    array = np.asarray(value, dtype=np.float32)
+    if array.ndim != 3 or array.shape[1:] != (patch_size, feat_dim):
+        raise ValueError(f"{name} must be shaped [patches, {patch_size}, {feat_dim}], got {list(array.shape)}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name} contains non-finite values")
+    return torch.from_numpy(array.copy())
+
+
+def build_prompt(text: str, prompt: Prompt, tokenizer: VoxCPMTokenizer, config: VoxCPMConfig) -> PackedPrompt:
+    """Pack one request. Both texts get the reference's preprocessing (newlines, whitespace runs); the
+    reference applies it to the target text only, but a prompt text is usually an earlier target text."""
+    p, d = config.patch_size, config.feat_dim
+    target = preprocess_text(text)
+    if not target.strip():
+        raise ValueError("text must contain something to say")
+    segments: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (ids, feats, audio_mask)
+
+    def text_segment(ids: list[int]) -> None:
+        n = len(ids)
+        segments.append((torch.tensor(ids, dtype=torch.long), torch.zeros(n, p, d), torch.zeros(n, dtype=torch.bool)))
+
+    def audio_segment(latents: torch.Tensor) -> None:
+        n = latents.shape[0]
+        segments.append((torch.zeros(n, dtype=torch.long), latents, torch.ones(n, dtype=torch.bool)))
+
+    if prompt.reference_latents is not None:
+        if not config.is_v2:
+            raise ValueError("reference audio needs a VoxCPM2 model")
+        text_segment([REF_AUDIO_START_TOKEN])
+        audio_segment(_latents("reference_latents", prompt.reference_latents, p, d))
+        text_segment([REF_AUDIO_END_TOKEN])
+    continuation = prompt.latents is not None
+    full_text = preprocess_text(prompt.text) + target if continuation else target
+    text_segment([*tokenizer.encode(full_text), AUDIO_START_TOKEN])
+    if continuation:
+        audio_segment(_latents("latents", prompt.latents, p, d))
+    ids, feats, mask = (torch.cat(parts) for parts in zip(*segments, strict=True))
+    return PackedPrompt(ids, feats, mask, len(tokenizer.encode(target)))

@@ -1,0 +1,63 @@
+"""What a caller asks the engine for: the text, the conditioning, and the sampling knobs."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationParams:
+    """Per-request generation settings. Defaults are the reference implementation's."""
+
+    cfg_value: float = 2.0
+    temperature: float = 1.0
+    inference_timesteps: int = 10
+    # None draws a fresh seed; a fixed seed makes the request reproducible (counter-based noise).
+    seed: int | None = None
+    # The reference never stops before patch `min_patches + 1` (`i > min_len` in its loop).
+    min_patches: int = 2
+    # None: the reference's cap, min(6 * target text tokens + 10, engine max_patches).
+    max_patches: int | None = None
+
+    def validate(self) -> None:
+        if not 0.0 <= self.cfg_value <= 10.0:
+            raise ValueError(f"cfg_value must be within [0, 10], got {self.cfg_value}")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"temperature must be within [0, 2], got {self.temperature}")
+        if not 1 <= self.inference_timesteps <= 100:
+            raise ValueError(f"inference_timesteps must be within [1, 100], got {self.inference_timesteps}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be within [0, 2**63), got {self.seed}")
+        if self.min_patches < 0:
+            raise ValueError(f"min_patches must be >= 0, got {self.min_patches}")
+        if self.max_patches is not None and self.max_patches < 1:
+            raise ValueError(f"max_patches must be >= 1, got {self.max_patches}")
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """Conditioning audio, as VAE latents shaped [patches, patch_size, feat_dim] (float32).
+
+    - `text` + `latents`: continuation; the model goes on from this audio, which speaks `text`.
+    - `reference_latents` (VoxCPM2 only): a voice reference, isolated from the text by its own tokens.
+    Both may be given (VoxCPM2 reference + continuation).
+    """
+
+    text: str = ""
+    latents: np.ndarray | None = None
+    reference_latents: np.ndarray | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.latents is None and self.reference_latents is None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    text: str
+    prompt: Prompt = field(default_factory=Prompt)
+    params: GenerationParams = field(default_factory=GenerationParams)
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)

@@ -1,0 +1,138 @@
+"""Which requests run in the next step, and when a request is done.
+
+Every step decodes all running requests and, in the same batch, prefills newly admitted ones, so an
+admission never freezes the streams already playing (the anchor engine runs prefill-only steps). The
+per-step prefill is bounded by `max_prefill_tokens`, which bounds how much an admission can stretch a
+step. Admission is FIFO and stops at the first request that does not fit (slots, KV blocks, prefill
+budget), so a long prompt cannot be overtaken forever by short ones.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.outputs import FinishReason
+from engine.sequence import Sequence, SequenceStatus
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, num_kv_blocks: int) -> None:
+        self.max_num_seqs = config.max_num_seqs
+        self.max_model_len = config.max_model_len
+        self.max_prefill_tokens = config.max_prefill_tokens
+        self.max_patches = config.max_patches
+        self.block_manager = BlockManager(num_kv_blocks, config.kv_block_size)
+        # One slot per admitted request indexes its device state; pop() hands out the lowest first.
+        self.free_slots: list[int] = list(reversed(range(config.max_num_seqs)))
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # admitted (RUNNING or PAUSED), in admission order
+        self.requests: dict[str, Sequence] = {}  # every unfinished request, waiting or admitted
+
+    @property
+    def num_running(self) -> int:
+        return sum(seq.status is SequenceStatus.RUNNING for seq in self.running)
+
+    @property
+    def num_paused(self) -> int:
+        return len(self.running) - self.num_running
+
+    def patch_cap(self, seq: Sequence) -> int:
+        """The request's patch cap (LENGTH finish), or ValueError if its prompt can never run.
+
+        The reference caps generation at 6 patches per target text token + 10; the engine's absolute cap
+        and the KV room left after the prompt (max_model_len) bound it further.
+        """
+        if seq.num_prompt >= self.max_model_len:
+            raise ValueError(
+                f"prompt of {seq.num_prompt} positions leaves no room in max_model_len={self.max_model_len}"
+            )
+        cap = seq.params.max_patches if seq.params.max_patches is not None else 6 * seq.num_target_tokens + 10
+        cap = min(cap, self.max_patches, self.max_model_len - seq.num_prompt + 1)
+        num_blocks = self.block_manager.blocks_needed(seq.num_prompt + cap - 1)
+        if num_blocks > self.block_manager.num_blocks:
+            raise ValueError(f"request needs {num_blocks} KV blocks, the pool has {self.block_manager.num_blocks}")
+        return cap
+
+    def add(self, seq: Sequence) -> None:
+        if seq.request_id in self.requests:
+            raise ValueError(f"request id {seq.request_id!r} is already in use")
+        seq.max_patches = self.patch_cap(seq)
+        self.requests[seq.request_id] = seq
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        """True when schedule() would return a non-empty batch."""
+        return self.num_running > 0 or self._can_admit_head(self.max_prefill_tokens)
+
+    def schedule(self) -> list[Sequence]:
+        """The next step's batch: every running request (one decode position each), then admissions."""
+        batch = [seq for seq in self.running if seq.status is SequenceStatus.RUNNING]
+        budget = self.max_prefill_tokens
+        while self._can_admit_head(budget):
+            seq = self.waiting.popleft()
+            self.block_manager.allocate(seq)
+            seq.slot = self.free_slots.pop()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            batch.append(seq)
+            budget -= seq.num_prompt
+        return batch
+
+    def _can_admit_head(self, budget: int) -> bool:
+        if not self.waiting or not self.free_slots:
+            return False
+        seq = self.waiting[0]
+        # A prompt longer than the whole budget is admitted alone rather than never.
+        fits_budget = seq.num_prompt <= budget or budget == self.max_prefill_tokens
+        return fits_budget and self.block_manager.can_allocate(seq)
+
+    def postprocess(self, batch: list[Sequence], stops: list[bool]) -> list[Sequence]:
+        """Account one generated patch per sequence; finish those that stop or hit their cap."""
+        finished = []
+        for seq, stop in zip(batch, stops, strict=True):
+            seq.num_cached = seq.num_positions
+            seq.num_generated += 1
+            # The reference honours the stop head only from patch index min_patches + 1 (`i > min_len`).
+            if stop and seq.num_generated - 1 > seq.params.min_patches:
+                self._finish(seq, FinishReason.STOP)
+                finished.append(seq)
+            elif seq.num_generated >= seq.max_patches:
+                self._finish(seq, FinishReason.LENGTH)
+                finished.append(seq)
+        if finished:
+            self.running = [seq for seq in self.running if seq.status is not SequenceStatus.FINISHED]
+        return finished
+
+    def abort(self, request_id: str) -> Sequence | None:
+        """Drop a queued or admitted request and free its blocks and slot now; None if unknown."""
+        seq = self.requests.get(request_id)
+        if seq is None:
+            return None
+        if seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        else:
+            self.running.remove(seq)
+        self._finish(seq, FinishReason.CANCELLED)
+        return seq
+
+    def pause(self, request_id: str) -> None:
+        """Skip a running request until resume(); it keeps its KV blocks and slot."""
+        seq = self.requests.get(request_id)
+        if seq is not None and seq.status is SequenceStatus.RUNNING:
+            seq.status = SequenceStatus.PAUSED
+
+    def resume(self, request_id: str) -> None:
+        seq = self.requests.get(request_id)
+        if seq is not None and seq.status is SequenceStatus.PAUSED:
+            seq.status = SequenceStatus.RUNNING
+
+    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        if seq.status is not SequenceStatus.WAITING:
+            self.block_manager.deallocate(seq)
+            self.free_slots.append(seq.slot)
+            seq.slot = -1
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        del self.requests[seq.request_id]

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs everything the project needs on a fresh Debian/Ubuntu machine, idempotently:
+# system libraries (libopus; Chromium for the browser tests), a virtual environment with the CPU build of
+# torch (GPU hosts: create the venv with a CUDA torch first, this script keeps it), the project itself,
+# and with --test the test tools plus the reference `voxcpm` package that the parity tests compare against.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+with_test=0
+[ "${1:-}" = "--test" ] && with_test=1
+venv=${VENV:-.venv}
+
+apt_pkgs=()
+ldconfig -p 2>/dev/null | grep -q 'libopus\.so\.0' || apt_pkgs+=(libopus0)
+if [ "$with_test" = 1 ] && ! command -v chromium >/dev/null; then apt_pkgs+=(chromium); fi
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  echo "setup: installing system packages: ${apt_pkgs[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
+fi
+
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+# The CPU build, so that no CUDA wheels are downloaded on machines without a GPU.
+"$venv/bin/python" -c "import torch" 2>/dev/null || "${pip[@]}" torch==2.13.0
+
+if [ "$with_test" = 1 ]; then
+  "${pip[@]}" -e ".[test,hub]"
+  # The reference implementation, for parity tests only. Its declared dependencies (gradio, funasr,
+  # torchaudio, ...) are for its demo and training code; the model code needs what [test] installs.
+  "${pip[@]}" --no-deps voxcpm==2.0.3
+else
+  "${pip[@]}" -e ".[hub]"
+fi

@@ -1,0 +1,62 @@
+"""Audio on the wire: Opus decodes with libopus to the announced sample counts; PCM and mu-law at every rate."""
+
+from __future__ import annotations
+
+import opuslib
+import pytest
+
+from tests.e2e.client import Client
+from tests.e2e.test_guarantees import check_ordering
+from tests.servers import ServeFactory
+
+TEXT = "Opus frames should decode to exactly the announced number of samples. "
+
+
+@pytest.mark.parametrize(("rate", "frame_ms"), [(48000, 20), (16000, 60), (8000, 10)])
+async def test_opus_frames_decode_to_the_announced_sample_counts(serve: ServeFactory, rate: int, frame_ms: int) -> None:
+    async with serve(max_patches=5) as running:
+        client = await Client.connect(running.ws_url)
+        output = {"format": "opus", "sample_rate": rate, "frame_ms": frame_ms, "bitrate": 24000}
+        await client.send("context.create", ctx="o", output=output, text=TEXT)
+        await client.send("context.end", ctx="o")
+        done = await client.until_ended("o")
+        created = client.messages("context.created", "o")[0]
+        assert created["output"] == {**output, "channels": 1}
+        handle = created["handle"]
+        [codec] = client.frames(handle, kind=2)
+        assert client.events.index(codec) < client.events.index(client.frames(handle)[0])  # OpusHead first
+        assert codec.payload[:8] == b"OpusHead" and codec.payload[9] == 1  # mono
+        assert int.from_bytes(codec.payload[12:16], "little") == rate
+        frames = client.frames(handle)
+        decoder = opuslib.Decoder(rate, 1)
+        samples = rate * frame_ms // 1000
+        for frame in frames:
+            if frame.payload:  # an empty last frame only carries the end flag
+                assert len(decoder.decode(frame.payload, samples)) == 2 * samples
+        # pts counts 48 kHz ticks whatever the coded rate
+        assert [f.header.pts for f in frames] == [i * frame_ms * 48 for i in range(len(frames))]
+        assert done["audio_ms"] == pytest.approx(frame_ms * sum(1 for f in frames if f.payload))
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    ("fmt", "rate", "sample_bytes"),
+    [("pcm_s16le", 24000, 2), ("pcm_f32le", 16000, 4), ("pcm_s16le", 48000, 2), ("mulaw", 8000, 1)],
+)
+async def test_pcm_and_mulaw_frames(serve: ServeFactory, fmt: str, rate: int, sample_bytes: int) -> None:
+    async with serve(max_patches=3) as running:
+        client = await Client.connect(running.ws_url)
+        await client.send("session.update", defaults={"output": {"format": fmt, "sample_rate": rate, "frame_ms": 20}})
+        updated = await client.until_message("session.updated")
+        assert updated["effective"]["output"]["sample_rate"] == rate
+        await client.send("text.append", ctx="p", text="Resampled audio, framed at twenty milliseconds. ")
+        await client.send("context.end", ctx="p")
+        done = await client.until_ended("p")
+        handle = client.messages("context.created", "p")[0]["handle"]
+        frames = client.frames(handle)
+        audio = [f for f in frames if f.payload]
+        assert {len(f.payload) for f in audio} == {rate // 50 * sample_bytes}
+        check_ordering(frames, sample_bytes)
+        # 3 patches of 7680 samples at 48 kHz = 480 ms, padded up to whole frames
+        assert done["audio_ms"] == 480
+        await client.close()

@@ -1,0 +1,76 @@
+"""Probes, /status, /metrics (parsed as Prometheus text) and the static web demo on the WebSocket port."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from tests.e2e.client import Client, http_get
+from tests.servers import ServeFactory
+
+# One sample line of the Prometheus text format 0.0.4: name, optional labels, a float value.
+SAMPLE = re.compile(
+    r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="[^"]*",?)*\})? (-?[0-9.e+-]+|[+-]Inf|NaN)$'
+)
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    samples: dict[str, float] = {}
+    types: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert kind in ("counter", "gauge", "histogram")
+            types[name] = kind
+            continue
+        if line.startswith("#") or not line:
+            continue
+        match = SAMPLE.match(line)
+        assert match, f"not a Prometheus sample line: {line!r}"
+        family = re.sub(r"_(bucket|sum|count)$", "", match.group(1))
+        assert family in types or match.group(1) in types, line
+        samples[line.rsplit(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return samples
+
+
+async def test_probes_status_and_metrics(serve: ServeFactory) -> None:
+    async with serve(max_patches=3) as running:
+        assert (await http_get(running.http_url + "/health"))[0] == 200
+        assert (await http_get(running.http_url + "/ready"))[0] == 200
+        client = await Client.connect(running.ws_url)
+        await client.send("context.create", ctx="m", text="Measure me. ")
+        await client.send("context.end", ctx="m")
+        await client.until_ended("m")
+        await client.ws.send("bad json")
+        await client.until_message("error")
+
+        status, _, body = await http_get(running.http_url + "/status")
+        payload = orjson.loads(body)
+        assert status == 200
+        assert payload["connections"] == {"active": 1, "max": 256}
+        assert payload["can_accept"] is True
+        assert set(payload["engine"]) >= {"running", "waiting", "slots", "step_ms"}
+
+        status, headers, body = await http_get(running.http_url + "/metrics")
+        assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        samples = parse_prometheus(body.decode())
+        assert samples["ttsws_ttfa_seconds_count"] == 1
+        assert samples['ttsws_ttfa_seconds_bucket{le="+Inf"}'] == 1
+        assert samples["ttsws_rtf_count"] == 1
+        assert samples['ttsws_errors_total{code="bad_json"}'] == 1
+        assert samples['ttsws_contexts_total{outcome="done"}'] == 1
+        assert samples["ttsws_sessions_active"] == 1
+        assert "ttsws_engine_step_seconds" in samples and "ttsws_engine_batch_size" in samples
+        await client.close()
+
+
+async def test_web_demo_is_served_and_paths_stay_inside(serve: ServeFactory) -> None:
+    async with serve() as running:
+        status, headers, body = await http_get(running.http_url + "/")
+        assert status == 200 and headers["Content-Type"].startswith("text/html") and b"<" in body
+        status, headers, _ = await http_get(running.http_url + "/app.js")
+        assert status == 200 and headers["Content-Type"] == "text/javascript"
+        assert (await http_get(running.http_url + "/../pyproject.toml"))[0] == 404
+        assert (await http_get(running.http_url + "/%2e%2e/pyproject.toml"))[0] == 404
+        assert (await http_get(running.http_url + "/nope.html"))[0] == 404

@@ -1,0 +1,55 @@
+"""Builders shared by the engine tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.params import GenerationParams
+from engine.sequence import Sequence
+
+PATCH_SIZE = 2
+FEAT_DIM = 4
+
+
+def make_seq(
+    request_id: str,
+    num_prompt: int = 8,
+    num_target_tokens: int = 4,
+    params: GenerationParams | None = None,
+    audio_tail: int = 0,
+) -> Sequence:
+    """A sequence of `num_prompt` positions whose last `audio_tail` positions are prompt audio."""
+    audio_mask = np.zeros(num_prompt, dtype=bool)
+    if audio_tail:
+        audio_mask[-audio_tail:] = True
+    feats = np.zeros((num_prompt, PATCH_SIZE, FEAT_DIM), dtype=np.float32)
+    feats[audio_mask] = np.arange(audio_tail, dtype=np.float32)[:, None, None] + 1
+    return Sequence(
+        request_id=request_id,
+        token_ids=np.where(audio_mask, 0, 5).astype(np.int64),
+        feats=feats,
+        audio_mask=audio_mask,
+        params=params or GenerationParams(),
+        seed=0,
+        num_target_tokens=num_target_tokens,
+    )
+
+
+def engine_config(checkpoint: Path, **overrides: Any) -> EngineConfig:
+    """A small CPU engine for tiny checkpoints: fp32, few slots, short requests, small KV blocks."""
+    fields: dict[str, Any] = dict(
+        model=str(checkpoint),
+        device="cpu",
+        dtype="float32",
+        max_num_seqs=4,
+        max_model_len=128,
+        kv_block_size=16,
+        max_patches=12,
+        coalesce_ms=0.0,
+    )
+    fields.update(overrides)
+    return EngineConfig(**fields)

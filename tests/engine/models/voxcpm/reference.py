@@ -1,0 +1,56 @@
+"""The reference implementation (voxcpm 2.0.3) for parity tests, imported with a minimal shim.
+
+`voxcpm.model.voxcpm` imports torchaudio at module level, and there is no CPU torchaudio wheel for this torch;
+`voxcpm.model.voxcpm2` imports librosa, which it only uses to decode audio files - these tests never pass a
+file (prompt latents go straight into the model). So both are stubbed by empty modules for the duration of
+the import and removed again, so that no other test sees them. transformers is imported first because it
+probes for torchaudio at import time and must see the truth.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def reference_models() -> tuple[type, type]:
+    """(VoxCPMModel, VoxCPM2Model) of the reference package."""
+    if importlib.util.find_spec("voxcpm") is None:
+        pytest.skip("the reference package voxcpm is not installed")
+    import transformers  # noqa: F401
+
+    added = [name for name in ("torchaudio", "librosa") if name not in sys.modules]
+    for name in added:
+        sys.modules[name] = types.ModuleType(name)
+    try:
+        from voxcpm.model.voxcpm import VoxCPMModel
+        from voxcpm.model.voxcpm2 import VoxCPM2Model
+    finally:
+        for name in added:
+            del sys.modules[name]
+    return VoxCPMModel, VoxCPM2Model
+
+
+def load_reference(checkpoint: Path, tmp: Path) -> torch.nn.Module:
+    """The reference model of a checkpoint, in fp32 on the CPU.
+
+    from_local casts the model (RoPE tables included) to config.json's dtype, so it reads a copy whose config
+    says float32.
+    """
+    v1, v2 = reference_models()
+    copy = tmp / f"{checkpoint.name}-fp32"
+    if not copy.exists():
+        shutil.copytree(checkpoint, copy)
+        config = json.loads((copy / "config.json").read_text())
+        config["dtype"] = "float32"
+        (copy / "config.json").write_text(json.dumps(config))
+    architecture = json.loads((copy / "config.json").read_text())["architecture"]
+    cls = v2 if architecture == "voxcpm2" else v1
+    return cls.from_local(str(copy), optimize=False, device="cpu").eval()

@@ -1,0 +1,66 @@
+"""VoxCPMModel on CUDA (marker `gpu`): fp32 CUDA equals CPU, and the bf16 attention backends agree."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from engine.models.voxcpm import VoxCPMModel, build_prompt, load_voxcpm
+from engine.models.voxcpm.checkpoint import released_shapes
+from engine.models.voxcpm.config import parse_config
+from engine.models.voxcpm.make_checkpoint import make_checkpoint, random_weights
+from engine.params import Prompt
+from tests.engine.models.voxcpm.driver import Driver, Seq
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+TEXT = "hello world, 你好 speech test"
+
+
+def _generate(path: Path, device: str, dtype: torch.dtype, backend: str, patches: int) -> torch.Tensor:
+    loaded = load_voxcpm(path, device, dtype, backend)
+    config = loaded.config
+    noise = torch.randn(patches, config.feat_dim, config.patch_size, generator=torch.Generator().manual_seed(0))
+    latents = torch.randn(3, config.patch_size, config.feat_dim, generator=torch.Generator().manual_seed(1))
+    packed = build_prompt(TEXT, Prompt(text="the voice", latents=latents.numpy()), loaded.tokenizer, config)
+    seq = Seq(packed, noise)
+    Driver(loaded.model, num_blocks=4, block_size=256).generate(seq, patches)
+    return torch.stack(seq.patches).float().cpu()
+
+
+def test_cuda_fp32_matches_cpu(tiny_checkpoint: Callable[..., Path]) -> None:
+    path = tiny_checkpoint("voxcpm2")
+    cpu = _generate(path, "cpu", torch.float32, "torch", 4)
+    for backend in ("torch", "sdpa"):
+        cuda = _generate(path, "cuda", torch.float32, backend, 4)
+        # TF32 is off by default for matmuls in PyTorch, so this is an fp32-vs-fp32 comparison
+        assert float((cuda - cpu).abs().max() / cpu.abs().max()) < 1e-4, backend
+
+
+def _head_dim_64_checkpoint(out: Path) -> Path:
+    """Tiny VoxCPM2 with head_dim 64 in every stack, a size the flash-attn build supports (tiny has 8)."""
+    make_checkpoint("voxcpm2", "tiny", out)
+    raw = json.loads((out / "config.json").read_text())
+    for section in (raw["lm_config"], raw["encoder_config"], raw["dit_config"]):
+        section["kv_channels"] = 64
+    raw["lm_config"]["rope_scaling"]["short_factor"] = raw["lm_config"]["rope_scaling"]["long_factor"] = [1.0] * 32
+    (out / "config.json").write_text(json.dumps(raw))
+    with torch.device("meta"):
+        shapes = released_shapes(VoxCPMModel(parse_config(raw)))
+    save_file(random_weights(shapes, seed=0, dtype=torch.float32), str(out / "model.safetensors"))
+    return out
+
+
+def test_bf16_backends_agree(tmp_path: Path) -> None:
+    path = _head_dim_64_checkpoint(tmp_path / "hd64")
+    backends = ["torch", "sdpa"] + (["flash_attn"] if importlib.util.find_spec("flash_attn") else [])
+    first = {b: _generate(path, "cuda", torch.bfloat16, b, 2) for b in backends}
+    for backend, patch in first.items():
+        assert torch.isfinite(patch).all()
+        error = float((patch - first["torch"]).abs().max() / first["torch"].abs().max())
+        assert error < 5e-2, f"{backend}: {error:.2e}"

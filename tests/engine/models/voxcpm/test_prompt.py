@@ -1,0 +1,56 @@
+"""Packed prompt layouts for every conditioning mode (parity with the reference's own packing is checked in
+test_model.py; these pin the layouts and the error cases)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.models.voxcpm import build_prompt, load_config
+from engine.models.voxcpm.tokenizer import VoxCPMTokenizer
+from engine.params import Prompt
+
+
+@pytest.fixture
+def v2(tiny_checkpoint: Callable[..., Path]) -> tuple[VoxCPMTokenizer, object]:
+    path = tiny_checkpoint("voxcpm2")
+    return VoxCPMTokenizer.from_dir(path), load_config(path)
+
+
+def test_layouts(v2: tuple) -> None:
+    tok, config = v2
+    p, d = config.patch_size, config.feat_dim
+    audio = np.arange(2 * p * d, dtype=np.float32).reshape(2, p, d)
+    ref = -np.ones((3, p, d), dtype=np.float32)
+    text_ids = tok.encode("hello world")
+
+    zero = build_prompt("hello world", Prompt(), tok, config)
+    assert zero.token_ids.tolist() == [*text_ids, 101] and not zero.audio_mask.any()
+    assert zero.target_text_tokens == len(text_ids) and zero.max_patches == 6 * len(text_ids) + 10
+
+    cont = build_prompt("world", Prompt(text="hello ", latents=audio), tok, config)
+    assert cont.token_ids.tolist() == [*tok.encode("hello world"), 101, 0, 0]
+    assert cont.audio_mask.tolist() == [False] * (len(cont) - 2) + [True, True]
+    assert np.array_equal(cont.feats[-2:].numpy(), audio) and not cont.feats[:-2].any()
+    assert cont.target_text_tokens == len(tok.encode("world"))
+
+    both = build_prompt("hello world", Prompt(text="", latents=audio, reference_latents=ref), tok, config)
+    assert both.token_ids.tolist() == [103, 0, 0, 0, 104, *text_ids, 101, 0, 0]
+    assert both.audio_mask.tolist() == [False, True, True, True, False] + [False] * (len(text_ids) + 1) + [True] * 2
+    assert np.array_equal(both.feats[1:4].numpy(), ref) and not both.feats[0].any() and not both.feats[4].any()
+
+
+def test_errors(v2: tuple, tiny_checkpoint: Callable[..., Path]) -> None:
+    tok, config = v2
+    with pytest.raises(ValueError, match="shaped"):
+        build_prompt("hi", Prompt(text="x", latents=np.zeros((2, 3, 5), np.float32)), tok, config)
+    with pytest.raises(ValueError, match="something to say"):
+        build_prompt(" \n ", Prompt(), tok, config)
+    v1_path = tiny_checkpoint("voxcpm-0.5b")
+    v1_config = load_config(v1_path)
+    ref = np.zeros((1, v1_config.patch_size, v1_config.feat_dim), np.float32)
+    with pytest.raises(ValueError, match="VoxCPM2"):
+        build_prompt("hi", Prompt(reference_latents=ref), VoxCPMTokenizer.from_dir(v1_path), v1_config)

@@ -1,0 +1,184 @@
+import asyncio
+
+import numpy as np
+import pytest
+
+from engine import AsyncEngine, EngineError, FinishReason, GenerationParams, GenerationRequest, Prompt
+from tests.engine.helpers import engine_config
+
+TIMEOUT = 60  # seconds; every wait is bounded so that a hang fails instead of blocking the suite
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_checkpoint):
+    return tiny_checkpoint("voxcpm2", stop=False)
+
+
+@pytest.fixture
+async def engine(checkpoint):
+    engine = AsyncEngine(engine_config(checkpoint, max_buffered_chunks=4))
+    await engine.start()
+    yield engine
+    await engine.close()
+
+
+def request(request_id: str, max_patches: int = 6, seed: int = 1, text: str = "hello world") -> GenerationRequest:
+    return GenerationRequest(
+        text=text, params=GenerationParams(seed=seed, max_patches=max_patches), request_id=request_id
+    )
+
+
+async def collect(engine: AsyncEngine, req: GenerationRequest) -> list:
+    return [chunk async for chunk in engine.generate(req)]
+
+
+async def wait_for(predicate, timeout: float = TIMEOUT) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+async def test_generate_streams_to_the_end(engine):
+    chunks = await asyncio.wait_for(collect(engine, request("a", max_patches=5)), TIMEOUT)
+    assert [chunk.index for chunk in chunks] == list(range(5))
+    assert chunks[-1].finish_reason is FinishReason.LENGTH
+    assert all(chunk.samples.shape == (engine.info.samples_per_patch,) for chunk in chunks)
+    # stats() is a snapshot taken after each step, so it may trail the last chunk briefly
+    await wait_for(lambda: engine.stats().kv_blocks_free == engine.stats().kv_blocks_total)
+    assert engine.stats().healthy and engine.stats().steps > 0
+
+
+async def test_concurrent_requests_match_their_solo_runs(engine):
+    solo = await asyncio.wait_for(collect(engine, request("solo", seed=9)), TIMEOUT)
+    results = await asyncio.wait_for(
+        asyncio.gather(*(collect(engine, request(f"r{i}", seed=9 if i == 2 else i)) for i in range(4))), TIMEOUT
+    )
+    np.testing.assert_allclose(
+        np.stack([c.latents for c in results[2]]), np.stack([c.latents for c in solo]), atol=1e-4
+    )
+
+
+async def test_back_pressure_pauses_only_the_lagging_request(engine):
+    slow = engine.generate(request("slow", max_patches=12))
+    first = await asyncio.wait_for(anext(slow), TIMEOUT)  # then stop reading
+    assert first.index == 0
+    await wait_for(lambda: engine.stats().paused == 1)
+    fast = await asyncio.wait_for(collect(engine, request("fast", max_patches=8)), TIMEOUT)
+    assert fast[-1].finish_reason is FinishReason.LENGTH  # the other request is unaffected
+    assert engine.stats().paused == 1
+    rest = await asyncio.wait_for(collect_rest(slow), TIMEOUT)  # reading again resumes it
+    assert [chunk.index for chunk in rest] == list(range(1, 12))
+    assert engine.stats().paused == 0
+
+
+async def collect_rest(stream) -> list:
+    return [chunk async for chunk in stream]
+
+
+async def test_breaking_out_cancels_and_frees(engine):
+    total = engine.stats().kv_blocks_total
+    async for chunk in engine.generate(request("a", max_patches=12)):
+        if chunk.index == 1:
+            break
+    await wait_for(lambda: engine.stats().running == 0 and engine.stats().kv_blocks_free == total)
+
+
+async def test_cancelling_the_consumer_task_cancels_the_request(engine):
+    started = asyncio.Event()
+
+    async def consume():
+        async for _ in engine.generate(request("a", max_patches=12)):
+            started.set()
+            await asyncio.sleep(10)
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(started.wait(), TIMEOUT)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_for(lambda: engine.stats().running == 0)
+
+
+async def test_cancel_ends_the_stream(engine):
+    stream = engine.generate(request("a", max_patches=12))
+    await asyncio.wait_for(anext(stream), TIMEOUT)
+    engine.cancel("a")
+    engine.cancel("a")  # idempotent
+    rest = await asyncio.wait_for(collect_rest(stream), TIMEOUT)
+    assert len(rest) < 11
+    await wait_for(lambda: engine.stats().running == 0)
+
+
+async def test_bad_input_raises_before_queueing(engine):
+    for bad in (
+        GenerationRequest(text=""),
+        GenerationRequest(text="hi", params=GenerationParams(temperature=-1.0)),
+        GenerationRequest(text="hi", prompt=Prompt(latents=np.zeros((1, 1, 1), dtype=np.float32))),
+        GenerationRequest(text="hello " * 300),
+    ):
+        with pytest.raises(EngineError):
+            await collect(engine, bad)
+    assert engine.stats().waiting == engine.stats().running == 0
+
+
+async def test_duplicate_request_id_is_an_error(engine):
+    first = engine.generate(request("same", max_patches=12))
+    await asyncio.wait_for(anext(first), TIMEOUT)
+    with pytest.raises(EngineError, match="already in use"):
+        await asyncio.wait_for(collect(engine, request("same")), TIMEOUT)
+    await first.aclose()
+
+
+async def test_encode_audio_runs_on_the_engine(engine):
+    info = engine.info
+    wav = np.zeros(info.patch_size * 640 * 2, dtype=np.float32)
+    latents = await asyncio.wait_for(engine.encode_audio(wav, padding="right"), TIMEOUT)
+    assert latents.shape[1:] == (info.patch_size, info.feat_dim)
+    with pytest.raises(EngineError):
+        await asyncio.wait_for(engine.encode_audio(wav, padding="middle"), TIMEOUT)
+
+
+async def test_engine_failure_fails_open_requests(engine, monkeypatch):
+    stream = engine.generate(request("a", max_patches=12))
+    await asyncio.wait_for(anext(stream), TIMEOUT)
+
+    def broken(batch):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(engine.core.runner, "run", broken)
+    with pytest.raises(EngineError, match="device lost"):
+        await asyncio.wait_for(collect_rest(stream), TIMEOUT)
+    assert not engine.stats().healthy
+    with pytest.raises(EngineError):
+        await asyncio.wait_for(collect(engine, request("b")), TIMEOUT)
+
+
+async def test_close_fails_open_requests(checkpoint):
+    engine = AsyncEngine(engine_config(checkpoint))
+    await engine.start()
+    stream = engine.generate(request("a", max_patches=12))
+    await asyncio.wait_for(anext(stream), TIMEOUT)
+    await asyncio.wait_for(engine.close(), TIMEOUT)
+    with pytest.raises(EngineError, match="closed"):
+        await asyncio.wait_for(collect_rest(stream), TIMEOUT)
+
+
+async def test_a_burst_is_admitted_in_one_prefill(checkpoint):
+    engine = AsyncEngine(engine_config(checkpoint, coalesce_ms=200.0))
+    await engine.start()
+    schedule = engine.core.scheduler.schedule
+    batches = []
+
+    def recording_schedule():
+        batch = schedule()
+        batches.append(sum(seq.is_prefill for seq in batch))
+        return batch
+
+    engine.core.scheduler.schedule = recording_schedule
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(*(collect(engine, request(f"r{i}", max_patches=2)) for i in range(3))), TIMEOUT
+        )
+    finally:
+        await engine.close()
+    assert batches[0] == 3

@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+import torch
+
+from engine.engine_core import EngineCore
+from engine.model_runner import ModelRunner
+from engine.params import GenerationParams, GenerationRequest, Prompt
+from tests.engine.helpers import engine_config
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_checkpoint):
+    return tiny_checkpoint("voxcpm2", stop=False)
+
+
+def generate(core: EngineCore, request: GenerationRequest) -> list:
+    core.add_request(request)
+    chunks = []
+    while core.has_work():
+        chunks += core.step()
+    return chunks
+
+
+def test_kv_pool_is_sized_from_the_configuration(checkpoint):
+    runner = ModelRunner(engine_config(checkpoint, max_num_seqs=3, max_model_len=100, kv_block_size=16))
+    assert runner.num_kv_blocks == 3 * 7  # ceil(100 / 16) blocks per slot
+    assert runner.max_blocks_per_seq == 7
+    attention = runner.model.base_lm.layers[0].self_attn
+    assert attention.k_cache.shape[:2] == (21, 16)
+    assert ModelRunner(engine_config(checkpoint, num_kv_blocks=5)).num_kv_blocks == 5
+
+
+def test_generated_patch_is_fed_back_on_the_device(checkpoint):
+    core = EngineCore(engine_config(checkpoint))
+    runner = core.runner
+    core.add_request(GenerationRequest(text="hello", params=GenerationParams(seed=3, max_patches=3), request_id="a"))
+    seq = core.scheduler.requests["a"]
+    for step in range(3):
+        (chunk,) = core.step()
+        torch.testing.assert_close(runner.slot_patch[0], torch.from_numpy(chunk.latents), rtol=0, atol=0)
+        assert int(runner.slot_step[0]) == step + 1
+    assert seq.num_generated == 3 and seq.slot == -1
+
+
+@pytest.mark.parametrize("mode", ["zero_shot", "continuation"])
+def test_streaming_audio_equals_the_references_offline_decode(checkpoint, mode):
+    """Continuation output is decoded after the prompt's last <= 3 patches (the reference's context)."""
+    core = EngineCore(engine_config(checkpoint, dtype="float64"))  # the tiny VAE needs fp64 to be comparable
+    info = core.info
+    prompt_latents = np.random.default_rng(0).standard_normal((5, info.patch_size, info.feat_dim))
+    prompt = Prompt(text="hello", latents=prompt_latents.astype(np.float32)) if mode == "continuation" else Prompt()
+    request = GenerationRequest(text="world", prompt=prompt, params=GenerationParams(seed=1, max_patches=4))
+    chunks = generate(core, request)
+    context = prompt.latents[-3:] if mode == "continuation" else np.zeros((0, info.patch_size, info.feat_dim))
+    latents = np.concatenate([context, *[chunk.latents[None] for chunk in chunks]])  # [n, P, D]
+    frames = torch.from_numpy(latents).double().flatten(0, 1).T[None]  # [1, D, n * P]
+    offline = core.runner.vae.decode(frames)[0, 0].numpy()[len(context) * info.samples_per_patch :]
+    np.testing.assert_allclose(np.concatenate([chunk.samples for chunk in chunks]), offline, atol=1e-6)
+
+
+@pytest.mark.parametrize("padding", ["left", "right"])
+def test_encode_audio_pads_to_whole_patches(checkpoint, padding):
+    runner = ModelRunner(engine_config(checkpoint))
+    patch_samples = runner.patch_size * runner.vae.chunk_size
+    wav = np.random.default_rng(0).uniform(-0.5, 0.5, 2 * patch_samples + 100).astype(np.float32)
+    latents = runner.encode_audio(wav, padding)
+    assert latents.shape == (3, runner.patch_size, runner.feat_dim) and latents.dtype == np.float32
+    pad = 3 * patch_samples - wav.size
+    padded = np.pad(wav, (pad, 0) if padding == "left" else (0, pad))
+    expected = runner.vae.encode(torch.from_numpy(padded)[None, None])[0]  # [D, frames]
+    np.testing.assert_allclose(latents, expected.view(runner.feat_dim, 3, runner.patch_size).permute(1, 2, 0))
+    with pytest.raises(ValueError):
+        runner.encode_audio(wav, "middle")
+    with pytest.raises(ValueError):
+        runner.encode_audio(np.zeros(0, dtype=np.float32), padding)

@@ -1,0 +1,184 @@
+import random
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.outputs import FinishReason
+from engine.params import GenerationParams
+from engine.scheduler import Scheduler
+from engine.sequence import SequenceStatus
+from tests.engine.helpers import make_seq
+
+
+def make_scheduler(num_kv_blocks: int = 64, **overrides) -> Scheduler:
+    fields = dict(model="unused", max_num_seqs=4, max_model_len=64, kv_block_size=4, max_prefill_tokens=32)
+    fields.update(overrides)
+    return Scheduler(EngineConfig(**fields), num_kv_blocks)
+
+
+def check_invariants(scheduler: Scheduler) -> None:
+    manager = scheduler.block_manager
+    owned = [block for seq in scheduler.running for block in seq.block_table]
+    assert len(owned) == len(set(owned)), "a block is owned twice"
+    assert not set(owned) & set(manager.free_block_ids), "a block is both owned and free"
+    assert len(owned) + manager.num_free_blocks == manager.num_blocks
+    assert len(scheduler.running) <= scheduler.max_num_seqs
+    slots = [seq.slot for seq in scheduler.running]
+    assert sorted(slots + scheduler.free_slots) == list(range(scheduler.max_num_seqs))
+    for seq in scheduler.running:
+        assert seq.status in (SequenceStatus.RUNNING, SequenceStatus.PAUSED)
+        assert len(seq.block_table) * manager.block_size >= seq.num_positions
+        assert seq.num_generated < seq.max_patches
+    for seq in scheduler.waiting:
+        assert seq.status is SequenceStatus.WAITING and not seq.block_table and seq.slot == -1
+    assert set(scheduler.requests) == {seq.request_id for seq in [*scheduler.waiting, *scheduler.running]}
+
+
+def step(scheduler: Scheduler, stops: list[bool] | None = None):
+    batch = scheduler.schedule()
+    finished = scheduler.postprocess(batch, stops or [False] * len(batch))
+    return batch, finished
+
+
+def test_prefill_is_mixed_with_decode():
+    scheduler = make_scheduler()
+    scheduler.add(make_seq("a"))
+    batch, _ = step(scheduler)
+    assert [seq.request_id for seq in batch] == ["a"] and batch[0].num_cached == 8
+    scheduler.add(make_seq("b"))
+    batch = scheduler.schedule()
+    # the running stream decodes one position in the same step that prefills the newcomer
+    assert [(seq.request_id, seq.num_new) for seq in batch] == [("a", 1), ("b", 8)]
+
+
+def test_admission_is_bounded_by_slots():
+    scheduler = make_scheduler(max_num_seqs=2)
+    for name in "abc":
+        scheduler.add(make_seq(name))
+    batch, _ = step(scheduler)
+    assert [seq.request_id for seq in batch] == ["a", "b"]
+    assert [seq.request_id for seq in scheduler.waiting] == ["c"]
+    scheduler.pause("a")  # a paused request keeps its slot
+    assert [seq.request_id for seq in scheduler.schedule()] == ["b"]
+
+
+def test_admission_is_bounded_by_prefill_budget_and_fifo():
+    scheduler = make_scheduler(max_prefill_tokens=20)
+    scheduler.add(make_seq("a", num_prompt=12))
+    scheduler.add(make_seq("b", num_prompt=12))
+    scheduler.add(make_seq("c", num_prompt=4))  # would fit the budget, but must not overtake b
+    assert [seq.request_id for seq in scheduler.schedule()] == ["a"]
+    assert [seq.request_id for seq in scheduler.schedule()] == ["a", "b", "c"]
+
+
+def test_prompt_longer_than_the_budget_is_admitted_alone():
+    scheduler = make_scheduler(max_prefill_tokens=8)
+    scheduler.add(make_seq("long", num_prompt=20))
+    scheduler.add(make_seq("short", num_prompt=4))
+    assert [seq.request_id for seq in scheduler.schedule()] == ["long"]
+    assert [seq.request_id for seq in scheduler.schedule()] == ["long", "short"]
+
+
+def test_admission_is_bounded_by_kv_blocks():
+    # 8 prompt + 34 cap - 1 = 41 positions = 11 blocks of 4: one request at a time fits 16 blocks
+    scheduler = make_scheduler(num_kv_blocks=16)
+    scheduler.add(make_seq("a", num_target_tokens=4))
+    scheduler.add(make_seq("b", num_target_tokens=4))
+    assert [seq.request_id for seq in scheduler.schedule()] == ["a"]
+    assert [seq.request_id for seq in scheduler.waiting] == ["b"]
+    scheduler.abort("a")
+    assert [seq.request_id for seq in scheduler.schedule()] == ["b"]
+
+
+def test_cancel_returns_blocks_and_slots():
+    scheduler = make_scheduler()
+    free_blocks, free_slots = list(scheduler.block_manager.free_block_ids), list(scheduler.free_slots)
+    for name in "abcdef":
+        scheduler.add(make_seq(name))
+    step(scheduler)
+    scheduler.pause("b")
+    step(scheduler)
+    for name in "fbadec":  # queued, paused, running, ...
+        assert scheduler.abort(name).finish_reason is FinishReason.CANCELLED
+        check_invariants(scheduler)
+    assert scheduler.abort("a") is None  # idempotent
+    assert sorted(scheduler.block_manager.free_block_ids) == sorted(free_blocks)
+    assert sorted(scheduler.free_slots) == sorted(free_slots)
+    assert not scheduler.requests and not scheduler.running and not scheduler.waiting
+    assert not scheduler.has_work()
+
+
+def test_no_stop_before_min_patches():
+    scheduler = make_scheduler()
+    seq = make_seq("a", params=GenerationParams(min_patches=2))
+    scheduler.add(seq)
+    for _ in range(3):  # patch indices 0, 1, 2: the stop head is ignored
+        _, finished = step(scheduler, [True])
+        assert not finished
+    _, finished = step(scheduler, [True])  # index 3 > min_patches
+    assert finished == [seq] and seq.finish_reason is FinishReason.STOP and seq.num_generated == 4
+
+
+def test_length_caps():
+    scheduler = make_scheduler(max_model_len=200, max_patches=50)
+    text_cap = make_seq("text", num_target_tokens=3)  # 6 * 3 + 10 = 28
+    absolute_cap = make_seq("absolute", num_target_tokens=30)  # 190 -> 50
+    explicit = make_seq("explicit", params=GenerationParams(max_patches=5))
+    model_len = make_seq("model_len", num_prompt=180, num_target_tokens=30)  # 200 - 180 + 1 = 21
+    for seq in (text_cap, absolute_cap, explicit, model_len):
+        scheduler.add(seq)
+    assert [text_cap.max_patches, absolute_cap.max_patches, explicit.max_patches, model_len.max_patches] == [
+        28,
+        50,
+        5,
+        21,
+    ]
+    assert model_len.num_reserved_positions == 200
+    scheduler.abort("text")
+    scheduler.abort("absolute")
+    scheduler.abort("model_len")
+    for _ in range(4):
+        assert not step(scheduler)[1]
+    assert step(scheduler)[1] == [explicit] and explicit.finish_reason is FinishReason.LENGTH
+
+
+def test_rejects_what_can_never_run():
+    scheduler = make_scheduler(max_model_len=32)
+    with pytest.raises(ValueError, match="max_model_len"):
+        scheduler.add(make_seq("long", num_prompt=32))
+    small_pool = make_scheduler(num_kv_blocks=2)
+    with pytest.raises(ValueError, match="KV blocks"):
+        small_pool.add(make_seq("a"))
+    scheduler.add(make_seq("a"))
+    with pytest.raises(ValueError, match="already in use"):
+        scheduler.add(make_seq("a"))
+    assert list(scheduler.requests) == ["a"]
+
+
+def test_invariants_hold_under_random_traffic():
+    rng = random.Random(0)
+    scheduler = make_scheduler(num_kv_blocks=40, max_num_seqs=6, max_prefill_tokens=24)
+    names = iter(range(10**6))
+    for _ in range(400):
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            params = GenerationParams(max_patches=rng.randint(1, 12), min_patches=rng.randint(0, 3))
+            scheduler.add(make_seq(str(next(names)), num_prompt=rng.randint(2, 30), params=params))
+        known = list(scheduler.requests)
+        if known and rng.random() < 0.15:
+            scheduler.abort(rng.choice(known))
+        if known and rng.random() < 0.3:
+            scheduler.pause(rng.choice(known))
+        if known and rng.random() < 0.3:
+            scheduler.resume(rng.choice(known))
+        check_invariants(scheduler)
+        paused = [seq for seq in scheduler.running if seq.status is SequenceStatus.PAUSED]
+        running = [seq for seq in scheduler.running if seq.status is SequenceStatus.RUNNING]
+        has_work = scheduler.has_work()
+        batch = scheduler.schedule()
+        assert has_work == bool(batch)
+        assert not set(batch) & set(paused), "a paused request was stepped"
+        assert set(running) <= set(batch)
+        assert all(len(seq.block_table) * 4 >= seq.num_positions for seq in batch)
+        finished = scheduler.postprocess(batch, [rng.random() < 0.1 for _ in batch])
+        assert all(seq.status is SequenceStatus.FINISHED and not seq.block_table for seq in finished)
+        check_invariants(scheduler)

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import numpy as np
+import opuslib
+import pytest
+
+from wsserver.audio import HEADER, AudioOut, FrameHeader, Resampler, mulaw_encode
+from wsserver.messages import OutputSettings
+
+
+def test_header_is_20_bytes_little_endian() -> None:
+    header = FrameHeader(kind=1, handle=0x0102, seq=0x03040506, pts=7, segment=9, flags=3)
+    data = header.pack()
+    assert HEADER.size == 20 and data == bytes([1, 1, 2, 1, 6, 5, 4, 3, 7, 0, 0, 0, 0, 0, 0, 0, 9, 0, 3, 0])
+    assert FrameHeader.unpack(data + b"xy") == (header, b"xy")
+
+
+@pytest.mark.parametrize(("src", "dst"), [(48000, 16000), (48000, 8000), (16000, 48000), (44100, 48000)])
+def test_resampler_is_seamless_across_chunks_and_keeps_the_tone(src: int, dst: int) -> None:
+    x = (0.5 * np.sin(2 * np.pi * 440 * np.arange(src // 2) / src)).astype(np.float32)
+    whole = Resampler(src, dst)
+    expected = np.concatenate([whole.process(x), whole.flush()])
+    chunked, parts, rng, i = Resampler(src, dst), [], np.random.default_rng(0), 0
+    while i < x.size:
+        n = int(rng.integers(1, 2000))
+        parts.append(chunked.process(x[i : i + n]))
+        i += n
+    got = np.concatenate([*parts, chunked.flush()])
+    assert got.size == expected.size == round(x.size * dst / src)
+    np.testing.assert_array_equal(got, expected)
+    reference = 0.5 * np.sin(2 * np.pi * 440 * np.arange(got.size) / dst)
+    middle = slice(got.size // 4, 3 * got.size // 4)
+    assert np.abs(got[middle] - reference[middle]).max() < 1e-4
+
+
+def test_mulaw_matches_g711() -> None:
+    # Reference points of the G.711 mu-law table (ITU-T G.711, table 2a).
+    x = np.array([0, 1, -1, 32767, -32768, 100, -100], np.float32) / 32767
+    assert mulaw_encode(x) == bytes([0xFF, 0xFF, 0x7F, 0x80, 0x00, 0xF2, 0x72])
+
+
+def frames_of(out: AudioOut, chunks: list[np.ndarray], segment: int, last: bool) -> list[tuple[FrameHeader, bytes]]:
+    raw = [f for chunk in chunks for f in out.push(chunk, segment)] + out.end_segment(segment, last_of_context=last)
+    return [FrameHeader.unpack(data) for _, data in raw]
+
+
+def test_framing_pads_segments_and_flags_the_last_frames() -> None:
+    out = AudioOut(OutputSettings(format="pcm_s16le", sample_rate=48000), 48000, handle=5)
+    first = frames_of(out, [np.full(1000, 0.5, np.float32), np.full(1000, 0.5, np.float32)], 0, last=False)
+    second = frames_of(out, [np.full(960, 0.25, np.float32)], 1, last=True)
+    headers = [h for h, _ in first + second]
+    assert [h.seq for h in headers] == [0, 1, 2, 3]
+    assert [h.pts for h in headers] == [0, 960, 1920, 2880]
+    assert [(h.segment, h.flags) for h in headers] == [(0, 0), (0, 0), (0, 1), (1, 3)]
+    payloads = [np.frombuffer(p, "<i2") for _, p in first + second]
+    assert all(p.size == 960 for p in payloads)
+    assert (payloads[2][:80] == 16384).all() and (payloads[2][80:] == 0).all()  # 2000 = 2 * 960 + 80, then silence
+    marker_seq, marker = out.end_marker(1)
+    assert marker_seq == 4 and FrameHeader.unpack(marker)[1] == b""
+
+
+def test_opus_frames_decode_and_the_header_announces_the_stream() -> None:
+    out = AudioOut(OutputSettings(format="opus", sample_rate=16000, frame_ms=20, bitrate=24000), 48000, handle=1)
+    header, opus_head = FrameHeader.unpack(out.codec_frame())
+    assert header.kind == 2 and opus_head[:8] == b"OpusHead" and len(opus_head) == 19
+    tone = (0.3 * np.sin(2 * np.pi * 300 * np.arange(7680) / 48000)).astype(np.float32)
+    frames = frames_of(out, [tone], 0, last=True)
+    decoder = opuslib.Decoder(16000, 1)
+    assert len(frames) == 8 and [h.pts for h, _ in frames] == [i * 960 for i in range(8)]  # 48 kHz clock
+    assert all(len(decoder.decode(payload, 320)) == 640 for _, payload in frames)

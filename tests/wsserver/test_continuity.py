@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import numpy as np
+
+from engine import ModelInfo
+from wsserver.continuity import Continuity, tail_text
+from wsserver.voices import Voice
+
+INFO = ModelInfo("tiny", "voxcpm2", 48000, 16000, 4, 16, 7680, supports_reference=True)
+
+
+def test_each_segment_continues_the_previous_one_capped() -> None:
+    voice = Voice("alice", "Alice here.", np.ones((2, 4, 16), np.float32))
+    continuity = Continuity(voice, INFO, carry_s=0.32)  # two patches of 160 ms
+    first = continuity.prompt()
+    assert first.text == "Alice here." and first.latents is voice.latents and first.reference_latents is None
+    latents = [np.full((4, 16), i, np.float32) for i in range(4)]
+    continuity.record("one two three four", latents)
+    second = continuity.prompt()
+    assert second.latents.shape == (2, 4, 16) and (second.latents[:, 0, 0] == [2, 3]).all()
+    assert second.text == "three four" and second.reference_latents is voice.latents
+
+
+def test_tail_text() -> None:
+    assert tail_text("one two three four", 1.0) == "one two three four"
+    assert tail_text("one two three four", 0.3) == "three four"  # the word the cut falls in is kept whole
+    assert tail_text("one two three four", 0.2) == "four"
+    assert tail_text("一二三四五六", 0.5) == "四五六"

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from wsserver import messages as m
+from wsserver.errors import ErrorCode, ProtocolError
+
+
+def parse(**message: object) -> m.ClientMessage:
+    return m.parse_client_message(orjson.dumps(message))
+
+
+def code_of(data: str | bytes) -> tuple[ErrorCode, str | None]:
+    with pytest.raises(ProtocolError) as exc:
+        m.parse_client_message(data)
+    return exc.value.code, exc.value.ctx
+
+
+def test_parse_each_client_message() -> None:
+    assert parse(type="ping", t=[1]) == m.Ping([1])
+    assert parse(type="text.append", ctx="a", text="hi", flush=True, id="ignored") == m.TextAppend("a", "hi", True)
+    assert parse(type="context.end", ctx="a") == m.ContextEnd("a")
+    create = parse(
+        type="context.create",
+        ctx="a",
+        voice="v",
+        output={"format": "opus", "sample_rate": None},
+        generation={"cfg_value": 2, "seed": 3},
+    )
+    assert create == m.ContextCreate(
+        "a",
+        m.SettingsPatch(
+            voice="v", output={"format": "opus", "sample_rate": None}, generation={"cfg_value": 2.0, "seed": 3}
+        ),
+    )
+    assert isinstance(create.settings.generation["cfg_value"], float)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ("{", (ErrorCode.BAD_JSON, None)),
+        ("[]", (ErrorCode.BAD_MESSAGE, None)),
+        ('{"type": 1}', (ErrorCode.BAD_MESSAGE, None)),
+        ('{"type": "nope"}', (ErrorCode.UNKNOWN_TYPE, None)),
+        ('{"type": "text.append", "ctx": "a"}', (ErrorCode.BAD_MESSAGE, "a")),
+        ('{"type": "text.append", "ctx": "", "text": ""}', (ErrorCode.BAD_MESSAGE, None)),
+        ('{"type": "text.append", "ctx": "a", "text": "x", "flush": 1}', (ErrorCode.BAD_MESSAGE, "a")),
+        ('{"type": "context.create", "ctx": "a", "output": {"frame_ms": true}}', (ErrorCode.BAD_MESSAGE, "a")),
+        ('{"type": "context.create", "ctx": "a", "output": {"codec": "x"}}', (ErrorCode.BAD_MESSAGE, "a")),
+        ('{"type": "session.update"}', (ErrorCode.BAD_MESSAGE, None)),
+    ],
+)
+def test_schema_errors(data: str, expected: tuple[ErrorCode, str | None]) -> None:
+    assert code_of(data) == expected
+
+
+def test_output_resolution() -> None:
+    assert m.OutputSettings().resolved(48000).sample_rate == 48000
+    assert m.OutputSettings(format="opus").resolved(44100).sample_rate == 48000
+    assert m.OutputSettings(format="mulaw").resolved(48000).sample_rate == 8000
+    assert m.OutputSettings(sample_rate=44100).resolved(44100).sample_rate == 44100  # the native rate is fine
+    for bad in (
+        m.OutputSettings(format="mp3"),
+        m.OutputSettings(sample_rate=44100),
+        m.OutputSettings(format="mulaw", sample_rate=16000),
+        m.OutputSettings(format="opus", frame_ms=30),
+        m.OutputSettings(format="opus", bitrate=1000),
+        m.OutputSettings(frame_ms=5),
+    ):
+        with pytest.raises(ProtocolError) as exc:
+            bad.resolved(48000)
+        assert exc.value.code == ErrorCode.BAD_FORMAT
+
+
+def test_settings_merge_is_partial_and_all_or_nothing() -> None:
+    base = m.Settings()
+    merged = base.merged(m.SettingsPatch(output={"format": "opus"}, buffering={"max_wait_ms": 50}), ("default",), 48000)
+    assert merged.output.format == "opus" and merged.output.frame_ms == 20 and merged.buffering.max_wait_ms == 50
+    with pytest.raises(ProtocolError):  # a good field next to a bad one changes nothing
+        merged.merged(m.SettingsPatch(output={"frame_ms": 40}, generation={"temperature": 5.0}), ("default",), 48000)
+    with pytest.raises(ProtocolError) as exc:
+        base.merged(m.SettingsPatch(voice="bob"), ("default",), 48000)
+    assert exc.value.code == ErrorCode.BAD_VOICE
+    assert merged.effective(48000)["output"]["sample_rate"] == 48000
+
+
+def test_serialize_leaves_out_absent_optional_fields() -> None:
+    assert orjson.loads(m.serialize(m.ErrorMessage("bad_json", "x"))) == {
+        "type": "error",
+        "code": "bad_json",
+        "message": "x",
+        "fatal": False,
+    }
+    assert orjson.loads(m.serialize(m.ContextCancelled("a", -1))) == {
+        "type": "context.cancelled",
+        "ctx": "a",
+        "last_seq": -1,
+    }

@@ -1,0 +1,215 @@
+"""Session and Context state machines: feed inputs, assert the frames and actions that come out."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+
+from wsserver.audio import FrameHeader
+from wsserver.errors import CloseCode
+from wsserver.metrics import ServerMetrics
+from wsserver.protocol import AbortSegment, CloseConnection, Limits, RunSegment, Session, SessionConfig
+
+RATE = 48000
+PATCH = np.full(7680, 0.1, np.float32)  # 160 ms at 48 kHz: 8 frames of 20 ms
+
+
+def make_session(**limits: float) -> Session:
+    config = SessionConfig("s1", "tiny", RATE, ("default",), Limits(**limits))
+    return Session(config, ServerMetrics(), now=0.0)
+
+
+def drain(session: Session, now: float = 0.0) -> list[dict | FrameHeader]:
+    """Everything queued for the socket: JSON messages as dicts, binary frames as their headers."""
+    out = []
+    while (item := session.next_outgoing(now)) is not None:
+        data, text = item
+        out.append(orjson.loads(data) if text else FrameHeader.unpack(data)[0])
+    return out
+
+
+def send(session: Session, now: float = 0.0, **message: object) -> None:
+    session.receive(orjson.dumps(message).decode(), now)
+
+
+def messages(out: list, type: str) -> list[dict]:
+    return [o for o in out if isinstance(o, dict) and o["type"] == type]
+
+
+def test_hello_comes_first_and_advertises_the_limits() -> None:
+    session = make_session(max_contexts=3)
+    [hello] = drain(session)
+    assert hello["type"] == "hello" and hello["protocol"] == "ttsws/1"
+    assert hello["limits"]["max_contexts"] == 3 and hello["model"] == {"name": "tiny", "sample_rate": RATE}
+
+
+def test_a_context_from_text_to_done() -> None:
+    session = make_session()
+    drain(session)
+    send(session, type="context.create", ctx="a", text="Hello there, how are you today? ")
+    [created] = drain(session)
+    assert created == {
+        "type": "context.created",
+        "ctx": "a",
+        "handle": 0,
+        "output": {"format": "pcm_s16le", "sample_rate": RATE, "channels": 1, "frame_ms": 20},
+    }
+    [run] = session.actions()
+    assert run == RunSegment("a", 0, "Hello there, how are you today?", "default", run.generation, continuing=False)
+    session.segment_admitted("a", 0.1)
+    session.segment_audio("a", PATCH, 0.2)
+    out = drain(session)
+    assert out[0] == {"type": "segment.started", "ctx": "a", "segment": 0, "text": "Hello there, how are you today? "}
+    frames = out[1:]
+    assert [f.seq for f in frames] == list(range(7))  # the 8th frame waits: its flags are not known yet
+    send(session, type="context.end", ctx="a")
+    session.segment_finished("a", 0.3)
+    out = drain(session)
+    [last] = [o for o in out if isinstance(o, FrameHeader)]
+    assert (last.seq, last.pts, last.flags) == (7, 7 * 960, 3)  # last of segment and of context
+    [done] = messages(out, "context.done")
+    assert done["last_seq"] == 7 and done["audio_ms"] == 160.0
+    assert done["metrics"]["ttfa_ms"] == 200.0 and done["metrics"]["queue_ms"] == 100.0
+    assert "a" not in session.contexts
+
+
+def test_cancel_fence_drops_frames_not_yet_sent() -> None:
+    session = make_session()
+    drain(session)
+    send(session, type="context.create", ctx="a", text="Some text to say, and some more. ")
+    session.actions()
+    session.segment_admitted("a", 0.0)
+    session.segment_audio("a", PATCH, 0.0)
+    out = [session.next_outgoing(0.0) for _ in range(4)]  # context.created, segment.started, seq 0, seq 1
+    assert out[-1] is not None and FrameHeader.unpack(out[-1][0])[0].seq == 1
+    send(session, type="context.cancel", ctx="a")
+    assert session.actions() == [AbortSegment("a")]
+    rest = drain(session)
+    assert rest == [{"type": "context.cancelled", "ctx": "a", "last_seq": 1}]  # frames 2..6 never go out
+    session.segment_audio("a", PATCH, 0.1)  # late engine output is dropped
+    session.segment_finished("a", 0.1)
+    assert drain(session) == []
+
+
+def test_cancel_unknown_context_is_not_an_error() -> None:
+    session = make_session()
+    drain(session)
+    send(session, type="context.cancel", ctx="ghost")
+    assert drain(session) == [{"type": "context.cancelled", "ctx": "ghost", "last_seq": -1}]
+
+
+def test_flush_waits_for_the_segment_and_segments_run_one_at_a_time() -> None:
+    session = make_session()
+    drain(session)
+    send(session, type="context.create", ctx="a", buffering={"mode": "manual"})
+    send(session, type="text.append", ctx="a", text="One.", flush=True)
+    send(session, type="text.append", ctx="a", text=" Two.", flush=True)
+    [first] = session.actions()  # the second waits: it continues the first one's audio
+    assert (first.segment, first.text, first.continuing) == (0, "One.", False)
+    session.segment_admitted("a", 0.0)
+    session.segment_audio("a", PATCH, 0.0)
+    session.segment_finished("a", 0.1)
+    [second] = session.actions()
+    assert (second.segment, second.text, second.continuing) == (1, "Two.", True)
+    out = drain(session)
+    [flushed] = messages(out, "context.flushed")
+    assert flushed["segment"] == 0 and isinstance(out[out.index(flushed) - 1], FrameHeader)
+    assert out[out.index(flushed) - 1].flags == 1
+
+
+def test_queue_status_only_while_waiting() -> None:
+    session = make_session()
+    send(session, type="context.create", ctx="a", text="Hi there my friend, how are you? ")
+    session.queue_position("a", 2, 0.0)
+    session.queue_position("gone", 1, 0.0)
+    assert messages(drain(session), "queue.status") == [{"type": "queue.status", "ctx": "a", "position": 2}]
+
+
+def test_limits_errors_and_the_bad_request_loop() -> None:
+    session = make_session(max_contexts=1, max_text_chars=10, max_bad_messages=2)
+    drain(session)
+    send(session, type="context.create", ctx="a", text="0123456789")
+    send(session, type="text.append", ctx="a", text="!")
+    send(session, type="context.create", ctx="b")
+    errors = messages(drain(session), "error")
+    assert [(e["code"], e["ctx"], e["ended"]) for e in errors] == [
+        ("text_too_long", "a", False),
+        ("too_many_contexts", "b", True),
+    ]
+    for _ in range(3):
+        session.receive("nope", 0.0)
+    out = drain(session)
+    # three refusals, then the fatal one (after every open context got its context.cancelled)
+    assert [(e["code"], e["fatal"]) for e in messages(out, "error")] == [("bad_json", False)] * 3 + [("bad_json", True)]
+    assert messages(out, "context.cancelled") == [{"type": "context.cancelled", "ctx": "a", "last_seq": -1}]
+    assert [a for a in session.actions() if isinstance(a, CloseConnection)] == [
+        CloseConnection(CloseCode.BAD_REQUEST_LOOP, "more than max_bad_messages=2 bad messages", True)
+    ]
+
+
+def test_oversize_message_is_fatal_4413() -> None:
+    session = make_session(max_message_bytes=100)
+    send(session, type="ping", t="x" * 200)
+    assert drain(session)[-1]["fatal"] is True
+    [close] = session.actions()
+    assert (close.code, close.after_output) == (CloseCode.MESSAGE_TOO_BIG, True)
+    assert close.reason == "message of 222 bytes exceeds max_message_bytes=100"
+
+
+def test_stall_closes_4408_without_output_and_aborts_engine_work() -> None:
+    session = make_session(stall_timeout_s=5, send_buffer_bytes=1000)
+    send(session, type="context.create", ctx="a", text="Some words to say, and some more. ")
+    session.actions()
+    session.segment_admitted("a", 0.0)
+    session.segment_audio("a", PATCH, 0.0)
+    assert not session.writable  # the adapter stops pulling audio: the engine pauses the request
+    session.tick(4.9)
+    assert session.actions() == []
+    session.tick(5.1)
+    assert session.actions() == [
+        AbortSegment("a"),
+        CloseConnection(CloseCode.STALLED, "client read nothing for stall_timeout_s=5", False),
+    ]
+    assert session.next_outgoing(5.1) is None
+
+
+def test_idle_timeout_and_first_segment_timer() -> None:
+    session = make_session(idle_timeout_s=10)
+    send(session, type="context.create", ctx="a", text="Hello wor", buffering={"max_wait_ms": 500})
+    assert session.actions() == []
+    assert session.next_deadline() == 0.5
+    session.tick(0.5)
+    [run] = session.actions()
+    assert run.text == "Hello"  # the whole word; "wor" may still grow
+    session.segment_admitted("a", 0.5)
+    session.segment_finished("a", 0.6)
+    drain(session)
+    session.tick(10.0)
+    out = drain(session)
+    assert messages(out, "context.cancelled") and messages(out, "error")[-1]["code"] == "idle_timeout"
+    assert session.actions()[-1].code == CloseCode.STALLED
+
+
+def test_drain_lets_contexts_finish_then_closes_4503() -> None:
+    session = make_session()
+    send(session, type="context.create", ctx="a", text="Almost done. ")
+    session.actions()
+    session.drain(0.0)
+    send(session, type="context.create", ctx="b")
+    out = drain(session)
+    assert messages(out, "warning")[0]["code"] == "draining"
+    assert messages(out, "error")[0]["code"] == "over_capacity"
+    send(session, type="context.end", ctx="a")
+    session.segment_admitted("a", 0.0)
+    session.segment_finished("a", 0.1)
+    assert messages(drain(session), "context.done")
+    assert session.actions()[-1] == CloseConnection(CloseCode.DRAINING, "server shutting down", True)
+
+
+def test_opus_context_sends_its_codec_header_before_audio() -> None:
+    session = make_session()
+    drain(session)
+    send(session, type="context.create", ctx="a", output={"format": "opus"}, text="Hi. ")
+    out = drain(session)
+    assert out[0]["type"] == "context.created" and out[0]["output"]["bitrate"] == 32000
+    assert out[1].kind == 2 and out[1].seq == 0

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from wsserver.messages import BufferingSettings
+from wsserver.segmenter import Segmenter
+
+
+def feed(segmenter: Segmenter, text: str, now: float = 0.0) -> list[str]:
+    """Push `text` one character at a time, pulling segments as they become ready."""
+    out = []
+    for char in text:
+        segmenter.push(char, now)
+        while (segment := segmenter.next_segment(now)) is not None:
+            out.append(segment.text)
+    return out
+
+
+def test_first_segment_at_the_first_clause_after_first_min_chars() -> None:
+    seg = Segmenter(BufferingSettings(first_min_chars=10))
+    assert feed(seg, "Hi, there friend, how are you") == ["Hi, there friend, "]
+
+
+def test_later_segments_end_at_sentence_ends_and_keep_every_character() -> None:
+    seg = Segmenter(BufferingSettings(first_min_chars=5))
+    text = "Well, it is 3.5 km. Dr. Smith, e.g. the other one, said so! And then?  Next"
+    out = feed(seg, text)
+    assert out == ["Well, ", "it is 3.5 km. ", "Dr. Smith, e.g. the other one, said so! ", "And then? "]
+    seg.flush()
+    assert seg.next_segment(0.0).text == " Next"
+    assert "".join(out) + " Next" == text
+
+
+def test_pending_text_waits_while_a_segment_is_in_flight_then_goes_out_together() -> None:
+    seg = Segmenter(BufferingSettings(first_min_chars=5))
+    seg.push("First one. Second one. Third one. Fourth", 0.0)
+    assert seg.next_segment(0.0).text == "First one. "
+    assert seg.next_segment(0.0).text == "Second one. Third one. "
+
+
+def test_max_wait_releases_whole_words_first_and_sentence_ends_later() -> None:
+    seg = Segmenter(BufferingSettings(first_min_chars=50, max_wait_ms=200))
+    seg.push("Hello wor", 0.0)
+    assert seg.next_segment(0.1) is None and seg.deadline() == 0.2
+    assert seg.next_segment(0.2).text == "Hello "
+    seg.push("ld. More to come.", 0.3)
+    assert seg.next_segment(0.3).text == "world. "
+    assert seg.next_segment(0.3) is None  # "." at the very end is not confirmed yet
+    assert seg.deadline() == 0.5
+    assert seg.next_segment(0.5).text == "More to come."
+
+
+def test_long_text_splits_at_the_best_boundary_within_max_segment_chars() -> None:
+    seg = Segmenter(BufferingSettings(first_min_chars=1000, max_segment_chars=30))
+    seg.push("one two three, four five six seven eight nine ten", 0.0)
+    assert seg.next_segment(0.0).text == "one two three, "
+    seg.push(" " + "x" * 40, 0.0)
+    assert seg.next_segment(0.0).text == "four five six seven eight "
+
+
+def test_manual_mode_only_on_flush_and_cjk() -> None:
+    seg = Segmenter(BufferingSettings(mode="manual"))
+    seg.push("你好，世界。今天天气很好。", 0.0)
+    assert seg.next_segment(10.0) is None and seg.deadline() is None
+    seg.flush()
+    assert seg.next_segment(0.0).text == "你好，世界。今天天气很好。"
+    auto = Segmenter(BufferingSettings(first_min_chars=3))
+    assert feed(auto, "你好，世界。今天") == ["你好，", "世界。"]  # CJK punctuation needs no space after it

@@ -1,0 +1,48 @@
+"""`python -m wsserver`: serve ttsws/1 until SIGTERM or SIGINT, then drain."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import uvloop
+
+from engine import AsyncEngine, EngineConfig
+from wsserver.config import ServerConfig, parse_args, resolve_model
+from wsserver.server import TTSServer
+from wsserver.voices import VoiceRegistry
+
+logger = logging.getLogger("wsserver")
+
+
+async def main(config: ServerConfig) -> None:
+    server = TTSServer(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    # Listen first, so probes see /health 200 and /ready 503 while the model loads.
+    await server.listen()
+    logger.info("listening on %s:%d", config.bind_host, config.port)
+    engine_config = EngineConfig(
+        model=await asyncio.to_thread(resolve_model, config),
+        device=config.device,
+        max_num_seqs=config.max_num_seqs,
+        max_patches=config.max_patches,
+        coalesce_ms=config.coalesce_ms,
+    )
+    engine = await asyncio.to_thread(AsyncEngine, engine_config)
+    await engine.start()
+    server.attach(engine, await VoiceRegistry.load(engine, config.voices_dir))
+    logger.info("ready: model %s at %d Hz, voices %s", engine.info.name, engine.info.sample_rate, server.voices.names)
+    await stop.wait()
+    logger.info("draining")
+    await server.drain()
+    await engine.close()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per probe and per connection is noise
+    uvloop.run(main(parse_args()))

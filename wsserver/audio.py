@@ -1,0 +1,198 @@
+"""Audio out: the model's float32 waveform -> resampled, framed, encoded binary frames with the 20-byte header.
+
+One `AudioOut` per context owns the whole chain (resampler, frame buffer, encoder, seq/pts counters), so a
+context's audio is one continuous stream: the resampler and the Opus encoder keep their state across chunks.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import opuslib
+
+from wsserver.messages import OutputSettings
+
+HEADER = struct.Struct("<BBHIQHH")  # version, kind, handle, seq, pts, segment, flags: 20 bytes, little-endian
+VERSION = 1
+KIND_AUDIO = 1
+KIND_CODEC = 2  # codec header (OpusHead); no audio, no seq of its own
+FLAG_SEGMENT_END = 1
+FLAG_CONTEXT_END = 2
+OPUS_CLOCK = 48000  # Opus timestamps count 48 kHz samples whatever the coded rate (RFC 7845)
+
+Frame = tuple[int, bytes]  # (seq, the whole binary frame)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameHeader:
+    kind: int
+    handle: int
+    seq: int
+    pts: int
+    segment: int
+    flags: int
+    version: int = VERSION
+
+    def pack(self) -> bytes:
+        return HEADER.pack(self.version, self.kind, self.handle, self.seq, self.pts, self.segment, self.flags)
+
+    @classmethod
+    def unpack(cls, frame: bytes) -> tuple[FrameHeader, bytes]:
+        version, kind, handle, seq, pts, segment, flags = HEADER.unpack_from(frame)
+        return cls(kind, handle, seq, pts, segment, flags, version), frame[HEADER.size :]
+
+
+class Resampler:
+    """Streaming rational-ratio resampler: a Kaiser-windowed sinc in polyphase form.
+
+    Output sample n is the band-limited input at time n * in_rate / out_rate, so chunks fed one by one give the same
+    samples as the whole signal at once (no seams). `flush()` ends a stream: it emits the tail the filter was still
+    holding, exactly round(len(input) * out_rate / in_rate) samples in total, and starts afresh.
+    """
+
+    def __init__(self, in_rate: int, out_rate: int, zero_crossings: int = 16, beta: float = 8.6) -> None:
+        g = math.gcd(in_rate, out_rate)
+        self.up, self.down = out_rate // g, in_rate // g
+        factor = max(self.up, self.down)
+        self.half = zero_crossings * factor  # filter half-length, in samples of the upsampled signal
+        n = np.arange(-self.half, self.half + 1)
+        cutoff = 0.5 / factor  # the lower Nyquist, in cycles per upsampled sample
+        h = 2 * cutoff * np.sinc(2 * cutoff * n) * np.kaiser(n.size, beta) * self.up
+        self.taps = -(-h.size // self.up)
+        h = np.pad(h, (0, self.taps * self.up - h.size))
+        self.phases = h.reshape(self.taps, self.up).T.astype(np.float32)  # phases[p, j] = h[p + j * up]
+        self._reset()
+
+    def _reset(self) -> None:
+        self._buffer = np.zeros(self.taps, np.float32)  # recent input, zeros before the stream's start
+        self._origin = -self.taps  # input index of _buffer[0]
+        self._received = 0
+        self._next = 0  # next output index
+
+    def process(self, x: np.ndarray) -> np.ndarray:
+        if self.up == self.down:
+            return x.astype(np.float32, copy=False)
+        self._buffer = np.concatenate([self._buffer, x.astype(np.float32, copy=False)])
+        self._received += x.size
+        # Output n needs input up to index (n * down + half) // up.
+        return self._emit((self._received * self.up - 1 - self.half) // self.down + 1)
+
+    def flush(self) -> np.ndarray:
+        if self.up == self.down:
+            return np.zeros(0, np.float32)
+        total = round(self._received * self.up / self.down)
+        self._buffer = np.concatenate([self._buffer, np.zeros(self.taps + 1, np.float32)])
+        out = self._emit(total)
+        self._reset()
+        return out
+
+    def _emit(self, stop: int) -> np.ndarray:
+        n = np.arange(self._next, max(stop, self._next))
+        t = n * self.down + self.half
+        newest = t // self.up - self._origin  # buffer index of the newest input each output reads
+        window = self._buffer[newest[:, None] - np.arange(self.taps)[None, :]]
+        out = np.einsum("nj,nj->n", window, self.phases[t % self.up])
+        self._next += n.size
+        # Keep only what the next output can still read.
+        oldest = (self._next * self.down + self.half) // self.up - self.taps + 1 - self._origin
+        if oldest > 0:
+            self._buffer = self._buffer[oldest:]
+            self._origin += oldest
+        return out.astype(np.float32, copy=False)
+
+
+def mulaw_encode(x: np.ndarray) -> bytes:
+    """G.711 mu-law bytes of float32 samples in [-1, 1] (ITU-T G.711, the segment/mantissa form)."""
+    s = np.clip(np.round(x * 32767), -32767, 32767).astype(np.int32)
+    sign = np.where(s < 0, 0x80, 0)
+    s = np.minimum(np.abs(s), 32635) + 0x84
+    exponent = np.clip(np.floor(np.log2(s)).astype(np.int32) - 7, 0, 7)
+    mantissa = (s >> (exponent + 3)) & 0x0F
+    return (~(sign | (exponent << 4) | mantissa) & 0xFF).astype(np.uint8).tobytes()
+
+
+class _OpusCodec:
+    def __init__(self, rate: int, frame_samples: int, bitrate: int) -> None:
+        self.encoder = opuslib.Encoder(rate, 1, opuslib.APPLICATION_AUDIO)
+        self.encoder.bitrate = bitrate
+        self.rate, self.frame_samples = rate, frame_samples
+
+    def header(self) -> bytes:
+        """OpusHead (RFC 7845 section 5.1): version 1, mono, pre-skip in 48 kHz samples, input rate, 0 dB, family 0."""
+        pre_skip = self.encoder.lookahead * OPUS_CLOCK // self.rate
+        return b"OpusHead" + struct.pack("<BBHIhB", 1, 1, pre_skip, self.rate, 0, 0)
+
+    def encode(self, frame: np.ndarray) -> bytes:
+        return self.encoder.encode_float(frame.tobytes(), self.frame_samples)
+
+
+def _encode_pcm(fmt: str, frame: np.ndarray) -> bytes:
+    if fmt == "pcm_f32le":
+        return frame.astype("<f4").tobytes()
+    if fmt == "pcm_s16le":
+        return np.clip(np.round(frame * 32767), -32768, 32767).astype("<i2").tobytes()
+    return mulaw_encode(frame)
+
+
+class AudioOut:
+    """One context's audio chain: float32 chunks at the model's rate in, binary frames out.
+
+    Every frame carries exactly `frame_ms` of audio: the tail of a segment is padded with silence to a whole frame
+    (under one frame of silence at a sentence end), so segments never share a frame. The last full frame of a
+    segment is held back until the segment ends or more audio comes, because only then are its flags known.
+    """
+
+    def __init__(self, output: OutputSettings, native_rate: int, handle: int) -> None:
+        assert output.sample_rate is not None, "resolve the output settings first"
+        self.format, self.rate, self.handle = output.format, output.sample_rate, handle
+        self.frame_samples = self.rate * output.frame_ms // 1000
+        clock = OPUS_CLOCK if self.format == "opus" else self.rate
+        self.pts_step = self.frame_samples * clock // self.rate
+        self.resampler = Resampler(native_rate, self.rate)
+        self.opus = _OpusCodec(self.rate, self.frame_samples, output.bitrate) if self.format == "opus" else None
+        self._pending = np.zeros(0, np.float32)
+        self.next_seq = 0
+        self.samples = 0  # samples sent, at the output rate
+
+    def codec_frame(self) -> bytes | None:
+        """The kind-2 frame that goes before any audio (OpusHead for Opus, nothing for the other formats)."""
+        if self.opus is None:
+            return None
+        return FrameHeader(KIND_CODEC, self.handle, 0, 0, 0, 0).pack() + self.opus.header()
+
+    def push(self, samples: np.ndarray, segment: int) -> list[Frame]:
+        self._pending = np.concatenate([self._pending, self.resampler.process(samples)])
+        frames = []
+        while self._pending.size > self.frame_samples:  # strictly more: keep the last whole frame back
+            frames.append(self._frame(self._pending[: self.frame_samples], segment, 0))
+            self._pending = self._pending[self.frame_samples :]
+        return frames
+
+    def end_segment(self, segment: int, last_of_context: bool) -> list[Frame]:
+        tail = np.concatenate([self._pending, self.resampler.flush()])
+        self._pending = np.zeros(0, np.float32)
+        frames = []
+        while tail.size:
+            frame, tail = tail[: self.frame_samples], tail[self.frame_samples :]
+            flags = 0 if tail.size else FLAG_SEGMENT_END | (FLAG_CONTEXT_END if last_of_context else 0)
+            frames.append(self._frame(np.pad(frame, (0, self.frame_samples - frame.size)), segment, flags))
+        return frames
+
+    def end_marker(self, segment: int) -> Frame:
+        """An empty frame flagged last-of-context, for a context whose end became known after its last audio."""
+        return self._frame(np.zeros(0, np.float32), segment, FLAG_SEGMENT_END | FLAG_CONTEXT_END)
+
+    def _frame(self, frame: np.ndarray, segment: int, flags: int) -> Frame:
+        if not frame.size:
+            payload = b""
+        elif self.opus is not None:
+            payload = self.opus.encode(frame)
+        else:
+            payload = _encode_pcm(self.format, frame)
+        seq, pts = self.next_seq, self.samples // self.frame_samples * self.pts_step
+        self.next_seq += 1
+        self.samples += frame.size
+        return seq, FrameHeader(KIND_AUDIO, self.handle, seq, pts, segment, flags).pack() + payload

@@ -1,0 +1,119 @@
+"""Server configuration: the only place that reads the command line and the environment.
+
+Every flag `--some-flag` can also be set with the environment variable `TTSWS_SOME_FLAG`; the flag wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wsserver.protocol import Limits
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_CHECKPOINT = REPO_ROOT / ".cache" / "demo-voxcpm2-tiny"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    model: str | None = None  # checkpoint directory or Hugging Face repo id; None: the offline tiny demo checkpoint
+    device: str = "auto"
+    host: str | None = None  # None: 127.0.0.1 without an API key, all interfaces with one
+    port: int = 8000
+    api_key: str | None = None
+    max_connections: int = 256
+    max_num_seqs: int = 64  # engine slots: segments generating at once; more wait in the server's FIFO
+    max_patches: int = 2000  # absolute cap on patches per segment
+    coalesce_ms: float = 3.0  # engine queue-coalescing window when idle
+    carry_s: float = 3.0  # audio carried from one segment to the next for voice continuity
+    voices_dir: Path | None = None
+    static_dir: Path = REPO_ROOT / "web_demo"
+    drain_timeout_s: float = 30.0  # SIGTERM: how long open contexts may take to finish
+    limits: Limits = field(default_factory=Limits)
+
+    @property
+    def bind_host(self) -> str:
+        # Without an API key anyone who can reach the port can use the GPU: stay on loopback unless told otherwise.
+        return self.host or ("0.0.0.0" if self.api_key else "127.0.0.1")
+
+
+def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> ServerConfig:
+    env = os.environ if env is None else env
+    defaults, limits = ServerConfig(), Limits()
+    parser = argparse.ArgumentParser(prog="python -m wsserver", description="ttsws/1 streaming TTS server")
+
+    def option(name: str, kind: type, default: object, help_text: str) -> None:
+        variable = "TTSWS_" + name.upper().replace("-", "_")
+        value = env.get(variable, default)
+        parser.add_argument(f"--{name}", type=kind, default=value, help=f"{help_text} (env {variable})")
+
+    option("model", str, defaults.model, "checkpoint directory or Hugging Face repo id; none: the tiny demo")
+    option("device", str, defaults.device, "auto, cpu, cuda, cuda:N")
+    option("host", str, defaults.host, "bind address; default 127.0.0.1 without --api-key, 0.0.0.0 with")
+    option("port", int, defaults.port, "port")
+    option("api-key", str, defaults.api_key, "require 'Authorization: Bearer KEY' or ?token=KEY")
+    option("max-connections", int, defaults.max_connections, "WebSocket sessions; more get HTTP 503")
+    option("max-num-seqs", int, defaults.max_num_seqs, "engine slots (segments generating at once)")
+    option("max-patches", int, defaults.max_patches, "cap on generated patches per segment")
+    option("coalesce-ms", float, defaults.coalesce_ms, "engine batching window when idle")
+    option("carry-s", float, defaults.carry_s, "seconds of audio carried between segments of a context")
+    option("voices-dir", Path, defaults.voices_dir, "NAME.wav + NAME.txt prompt voices")
+    option("static-dir", Path, defaults.static_dir, "files served at /")
+    option("drain-timeout-s", float, defaults.drain_timeout_s, "SIGTERM: time open contexts get to finish")
+    option("max-contexts", int, limits.max_contexts, "open contexts per session")
+    option("max-message-bytes", int, limits.max_message_bytes, "largest client message")
+    option("max-text-chars", int, limits.max_text_chars, "text per context")
+    option("idle-timeout-s", float, limits.idle_timeout_s, "close a session idle this long")
+    option("stall-timeout-s", float, limits.stall_timeout_s, "close a session whose client reads nothing this long")
+    option("max-messages-per-s", float, limits.max_messages_per_s, "client messages per second per session")
+    option("send-buffer-bytes", int, limits.send_buffer_bytes, "queued output per session before its audio pauses")
+    args = parser.parse_args(argv)
+    return ServerConfig(
+        model=args.model,
+        device=args.device,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        max_connections=args.max_connections,
+        max_num_seqs=args.max_num_seqs,
+        max_patches=args.max_patches,
+        coalesce_ms=args.coalesce_ms,
+        carry_s=args.carry_s,
+        voices_dir=args.voices_dir,
+        static_dir=args.static_dir,
+        drain_timeout_s=args.drain_timeout_s,
+        limits=Limits(
+            max_contexts=args.max_contexts,
+            max_message_bytes=args.max_message_bytes,
+            max_text_chars=args.max_text_chars,
+            idle_timeout_s=args.idle_timeout_s,
+            stall_timeout_s=args.stall_timeout_s,
+            max_messages_per_s=args.max_messages_per_s,
+            send_buffer_bytes=args.send_buffer_bytes,
+        ),
+    )
+
+
+def resolve_model(config: ServerConfig) -> str:
+    """The checkpoint to load: the configured one, or the tiny demo checkpoint (generated once, offline)."""
+    if config.model:
+        return config.model
+    logger.warning(
+        "\n%s\nNO --model GIVEN: serving a TINY RANDOM DEMO CHECKPOINT (%s).\n"
+        "It exercises the protocol end to end but makes NOISE, NOT SPEECH.\n"
+        "Pass --model PATH_OR_HF_REPO_ID (e.g. openbmb/VoxCPM2) for real speech.\n%s",
+        "!" * 78,
+        DEMO_CHECKPOINT,
+        "!" * 78,
+    )
+    if not (DEMO_CHECKPOINT / "config.json").exists():
+        from engine.models.voxcpm.make_checkpoint import make_checkpoint
+
+        make_checkpoint("voxcpm2", "tiny", DEMO_CHECKPOINT)
+    return str(DEMO_CHECKPOINT)

@@ -1,0 +1,50 @@
+"""Voice continuity within a context: what each segment is conditioned on.
+
+Segment 0 starts from the voice (zero-shot, or the voice's prompt audio as a continuation). Every later segment
+continues the previous one: its text and the latents the engine generated for it, so a turn streamed in pieces keeps
+one voice and one prosody. The carried audio is capped to its last `carry_s` seconds (longer prompts cost prefill
+and add nothing); the carried text is cut in the same proportion, at a word start, so the two still match.
+On VoxCPM2 a prompt voice also rides along as the isolated reference, so the timbre stays anchored to it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine import ModelInfo, Prompt
+from wsserver.voices import Voice
+
+
+class Continuity:
+    def __init__(self, voice: Voice, info: ModelInfo, carry_s: float) -> None:
+        self.voice = voice
+        self.info = info
+        self.max_patches = max(1, math.ceil(carry_s * info.sample_rate / info.samples_per_patch))
+        self._text = ""
+        self._latents: np.ndarray | None = None  # [patches, patch_size, feat_dim] of the previous segment
+
+    def prompt(self) -> Prompt:
+        if self._latents is None:
+            return Prompt(text=self.voice.text, latents=self.voice.latents)
+        reference = self.voice.latents if self.info.supports_reference else None
+        return Prompt(text=self._text, latents=self._latents, reference_latents=reference)
+
+    def record(self, text: str, latents: list[np.ndarray]) -> None:
+        """Remember a finished segment (its latents, one [patch_size, feat_dim] array per chunk) for the next one."""
+        if not latents:
+            return
+        kept = latents[-self.max_patches :]
+        self._latents = np.stack(kept)
+        self._text = tail_text(text, len(kept) / len(latents))
+
+
+def tail_text(text: str, fraction: float) -> str:
+    """Roughly the last `fraction` of `text` (the audio kept is the last part of the segment), from a word start
+    when the text has spaces; text without spaces (CJK) is cut at a character."""
+    if fraction >= 1:
+        return text
+    cut = len(text) - math.ceil(len(text) * fraction)
+    space = max(text.rfind(" ", 0, cut + 1), text.rfind("\n", 0, cut + 1))
+    return text[space + 1 :] if space >= 0 else text[cut:]

@@ -1,0 +1,113 @@
+"""Prometheus text exposition (format 0.0.4) for the server's counters, gauges and histograms. Sans-I/O."""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return "{" + body + "}"
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if value not in (float("inf"), float("-inf")) else ("+Inf" if value > 0 else "-Inf")
+
+
+class Histogram:
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def render(self, name: str) -> list[str]:
+        lines, cumulative = [], 0
+        for bound, count in zip((*self.buckets, float("inf")), self.counts, strict=True):
+            cumulative += count
+            lines.append(f'{name}_bucket{{le="{_number(bound)}"}} {cumulative}')
+        return [*lines, f"{name}_sum {_number(self.sum)}", f"{name}_count {self.count}"]
+
+
+_SECONDS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+_RATIO = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+
+
+class ServerMetrics:
+    """What the server measures. Gauges of current load are set by the adapter just before rendering."""
+
+    def __init__(self) -> None:
+        self.ttfa = Histogram(_SECONDS)  # first text of a context -> its first audio frame queued for sending
+        self.queue_wait = Histogram(_SECONDS)  # a segment waiting for an engine slot
+        self.rtf = Histogram(_RATIO)  # generation time / audio duration, per context
+        self.errors: defaultdict[str, int] = defaultdict(int)  # by error code
+        self.closes: defaultdict[int, int] = defaultdict(int)  # server-initiated closes, by close code
+        self.contexts: defaultdict[str, int] = defaultdict(int)  # ended contexts, by outcome
+        self.gauges: dict[str, float] = {}
+
+    def render(self) -> str:
+        out: list[str] = []
+
+        def family(name: str, kind: str, help_text: str, lines: list[str]) -> None:
+            out.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *lines])
+
+        family(
+            "ttsws_ttfa_seconds",
+            "histogram",
+            "First text to first audio frame, per context.",
+            self.ttfa.render("ttsws_ttfa_seconds"),
+        )
+        family(
+            "ttsws_queue_wait_seconds",
+            "histogram",
+            "Time a segment waited for an engine slot.",
+            self.queue_wait.render("ttsws_queue_wait_seconds"),
+        )
+        family(
+            "ttsws_rtf",
+            "histogram",
+            "Real-time factor (generation time / audio time), per context.",
+            self.rtf.render("ttsws_rtf"),
+        )
+        family(
+            "ttsws_errors_total",
+            "counter",
+            "Error messages sent, by code.",
+            [f"ttsws_errors_total{_labels({'code': c})} {n}" for c, n in sorted(self.errors.items())],
+        )
+        family(
+            "ttsws_closes_total",
+            "counter",
+            "Connections closed by the server, by close code.",
+            [f"ttsws_closes_total{_labels({'code': str(c)})} {n}" for c, n in sorted(self.closes.items())],
+        )
+        family(
+            "ttsws_contexts_total",
+            "counter",
+            "Contexts ended, by outcome (done, cancelled, error).",
+            [f"ttsws_contexts_total{_labels({'outcome': o})} {n}" for o, n in sorted(self.contexts.items())],
+        )
+        for name, value in sorted(self.gauges.items()):
+            family(name, "gauge", _GAUGE_HELP[name], [f"{name} {_number(value)}"])
+        return "\n".join(out) + "\n"
+
+
+_GAUGE_HELP = {
+    "ttsws_sessions_active": "Open WebSocket sessions.",
+    "ttsws_contexts_active": "Open contexts across all sessions.",
+    "ttsws_contexts_queued": "Segments waiting for an engine slot.",
+    "ttsws_contexts_paused": "Segments paused because their client does not read.",
+    "ttsws_engine_running": "Requests the engine is stepping.",
+    "ttsws_engine_waiting": "Requests queued inside the engine.",
+    "ttsws_engine_batch_size": "Average engine batch size over recent steps.",
+    "ttsws_engine_step_seconds": "Average engine step time over recent steps.",
+    "ttsws_engine_kv_blocks_free": "Free KV-cache blocks.",
+}

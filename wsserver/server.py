@@ -1,0 +1,350 @@
+"""The I/O adapter: websockets (asyncio) in front of the sans-I/O `Session`, the engine behind it.
+
+Per connection, three tasks and one per segment in flight:
+- the reader feeds client frames to the session;
+- the writer pulls the session's outgoing frames one at a time and awaits each send, so a client that does not
+  read stops the writer, the session's queue fills, its segment tasks stop pulling engine audio (the engine then
+  pauses those requests), and the session's stall timer closes the connection (4408); other connections never wait;
+- the timer calls `session.tick()` at the session's next deadline (segmenter waits, idle and stall timeouts);
+- a segment task waits for an engine slot in the shared FIFO, then streams the engine's chunks into the session.
+After every input the adapter runs the session's actions (`pump`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from engine import AsyncEngine, EngineError, GenerationParams, GenerationRequest
+from wsserver import messages as m
+from wsserver.admission import SlotQueue
+from wsserver.config import ServerConfig
+from wsserver.continuity import Continuity
+from wsserver.errors import CloseCode, ErrorCode
+from wsserver.http import make_process_request
+from wsserver.metrics import ServerMetrics
+from wsserver.protocol import AbortSegment, CloseConnection, RunSegment, Session, SessionConfig
+from wsserver.voices import VoiceRegistry
+
+logger = logging.getLogger(__name__)
+
+ABORT_CLOSE_S = 1.0  # a close handshake with a client that does not read cannot finish; give up after this
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    """One segment's ticket in the slot queue."""
+
+    connection: Connection
+    action: RunSegment
+    granted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    position: int = 0
+
+
+class TTSServer:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.metrics = ServerMetrics()
+        self.engine: AsyncEngine | None = None
+        self.voices = VoiceRegistry([])
+        self.slots: SlotQueue[_Job] = SlotQueue(config.max_num_seqs)
+        self.connections: set[Connection] = set()
+        self.draining = False
+        self._server: Server | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None and self.engine.stats().healthy
+
+    def attach(self, engine: AsyncEngine, voices: VoiceRegistry) -> None:
+        """The engine is loaded and warmed up: start accepting sessions."""
+        self.engine, self.voices = engine, voices
+        self.slots.slots = min(self.config.max_num_seqs, engine.config.max_num_seqs)
+
+    async def listen(self) -> Server:
+        self._server = await serve(
+            self._handle,
+            self.config.bind_host,
+            self.config.port,
+            process_request=make_process_request(self),
+            # Messages between max_message_bytes and this are refused by the session with an error and 4413;
+            # only absurd ones are cut off by the WebSocket layer (1009).
+            max_size=4 * self.config.limits.max_message_bytes,
+            write_limit=64 * 1024,
+            subprotocols=["ttsws.v1"],
+            select_subprotocol=lambda _conn, offered: "ttsws.v1" if "ttsws.v1" in offered else None,
+        )
+        return self._server
+
+    async def drain(self) -> None:
+        """SIGTERM: /ready turns 503, sessions are told, open contexts get `drain_timeout_s` to finish, the rest are
+        cancelled (each with `context.cancelled`), and every session is closed with 4503."""
+        self.draining = True
+        for connection in list(self.connections):
+            connection.session.drain(time.monotonic())
+            connection.pump()
+        deadline = time.monotonic() + self.config.drain_timeout_s
+        while self.connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for connection in list(self.connections):
+            connection.session.drain_expired(time.monotonic())
+            connection.pump()
+        deadline = time.monotonic() + ABORT_CLOSE_S + 1
+        while self.connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def status(self) -> dict[str, Any]:
+        stats = self.engine.stats() if self.engine is not None else None
+        contexts = sum(len(c.session.contexts) for c in self.connections)
+        paused = sum(c.paused for c in self.connections)
+        queued = len(self.slots.waiting)
+        utilisation = 100.0 * len(self.slots.holders) / self.slots.slots
+        return {
+            "ready": self.ready,
+            "draining": self.draining,
+            "connections": {"active": len(self.connections), "max": self.config.max_connections},
+            "contexts": {"active": contexts, "generating": len(self.slots.holders), "queued": queued, "paused": paused},
+            "engine": None
+            if stats is None
+            else {
+                "running": stats.running,
+                "waiting": stats.waiting,
+                "paused": stats.paused,
+                "slots": self.slots.slots,
+                "step_ms": round(stats.step_ms_avg, 2),
+                "batch_size": round(stats.batch_size_avg, 2),
+                "healthy": stats.healthy,
+            },
+            "utilisation_pct": round(utilisation, 1),
+            "can_accept": self.ready and not self.draining and len(self.connections) < self.config.max_connections,
+        }
+
+    def render_metrics(self) -> str:
+        status = self.status()
+        gauges = {
+            "ttsws_sessions_active": status["connections"]["active"],
+            "ttsws_contexts_active": status["contexts"]["active"],
+            "ttsws_contexts_queued": status["contexts"]["queued"],
+            "ttsws_contexts_paused": status["contexts"]["paused"],
+        }
+        if self.engine is not None:
+            stats = self.engine.stats()
+            gauges |= {
+                "ttsws_engine_running": stats.running,
+                "ttsws_engine_waiting": stats.waiting,
+                "ttsws_engine_batch_size": stats.batch_size_avg,
+                "ttsws_engine_step_seconds": stats.step_ms_avg / 1000,
+                "ttsws_engine_kv_blocks_free": stats.kv_blocks_free,
+            }
+        self.metrics.gauges = gauges
+        return self.metrics.render()
+
+    def announce_positions(self) -> None:
+        """Tell every waiting segment whose place in the slot queue changed (`queue.status`)."""
+        for position, job in enumerate(self.slots.waiting, start=1):
+            if job.position != position:
+                job.position = position
+                job.connection.session.queue_position(job.action.ctx, position, time.monotonic())
+                job.connection.pump()
+
+    def release(self, job: _Job) -> None:
+        for granted in self.slots.release(job):
+            granted.granted.set_result(None)
+        self.announce_positions()
+
+    async def _handle(self, websocket: ServerConnection) -> None:
+        if len(self.connections) >= self.config.max_connections:
+            # Handshakes that passed the HTTP check together can overshoot it; refuse the extra ones here.
+            message = m.ErrorMessage(ErrorCode.OVER_CAPACITY, "max_connections reached", fatal=True)
+            with contextlib.suppress(ConnectionClosed):
+                await websocket.send(m.serialize(message), text=True)
+                await websocket.close(CloseCode.OVER_CAPACITY, "over capacity")
+            self.metrics.closes[CloseCode.OVER_CAPACITY] += 1
+            return
+        # Bound the kernel's share of the send buffer too (autotuning would grow it to megabytes): a client that
+        # does not read then stalls the writer after a known amount of audio.
+        sock = websocket.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.limits.send_buffer_bytes)
+        connection = Connection(self, websocket)
+        self.connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self.connections.discard(connection)
+
+
+class Connection:
+    def __init__(self, server: TTSServer, websocket: ServerConnection) -> None:
+        assert server.engine is not None
+        self.server = server
+        self.engine = server.engine
+        self.websocket = websocket
+        info = server.engine.info
+        self.session = Session(
+            SessionConfig(uuid.uuid4().hex, info.name, info.sample_rate, server.voices.names, server.config.limits),
+            server.metrics,
+            time.monotonic(),
+        )
+        self.segments: dict[str, tuple[asyncio.Task[None], _Job]] = {}  # ctx -> its segment task and slot ticket
+        self.continuity: dict[str, Continuity] = {}  # ctx -> what its next segment continues
+        self.paused = 0  # segment tasks waiting for the client to read
+        self._wake_writer = asyncio.Event()  # the outbox may have something
+        self._writable = asyncio.Event()  # the outbox is below its high-water mark
+        self._wake_timer = asyncio.Event()  # the session's next deadline moved earlier
+        self._armed: float | None = None  # the deadline the timer sleeps until
+        self._close_after_output: CloseConnection | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def run(self) -> None:
+        self._tasks = [asyncio.create_task(self._write()), asyncio.create_task(self._tick())]
+        self.pump()
+        try:
+            async for data in self.websocket:
+                self.session.receive(data, time.monotonic())
+                self.pump()
+        except ConnectionClosed:
+            pass
+        finally:
+            self.session.connection_lost()
+            self.pump()
+            segments = list(self.segments.values())
+            for task in [*self._tasks, *(task for task, _ in segments)]:
+                task.cancel()
+            for _, job in segments:  # a task cancelled before it ran would never release its slot itself
+                self.server.release(job)
+            await asyncio.gather(*self._tasks, *(task for task, _ in segments), return_exceptions=True)
+
+    def pump(self) -> None:
+        """Carry out what the session asked for, and wake the writer and the timer."""
+        for action in self.session.actions():
+            match action:
+                case RunSegment():
+                    self._start(action)
+                case AbortSegment(ctx=ctx):
+                    if ctx in self.segments:
+                        task, job = self.segments.pop(ctx)
+                        task.cancel()  # leaving the engine's iterator aborts the request at its next step
+                        self.server.release(job)
+                    self.continuity.pop(ctx, None)
+                case CloseConnection(after_output=True):
+                    self._close_after_output = action
+                case CloseConnection():
+                    self._tasks.append(asyncio.create_task(self._abort(action)))
+        self._wake_writer.set()
+        deadline = self.session.next_deadline()
+        if deadline is not None and (self._armed is None or deadline < self._armed):
+            self._wake_timer.set()
+
+    def _start(self, action: RunSegment) -> None:
+        if action.segment == 0:
+            voice = self.server.voices.get(action.voice)
+            self.continuity[action.ctx] = Continuity(voice, self.engine.info, self.server.config.carry_s)
+        # Queue for a slot now, not when the task first runs: a continuation must be in the queue before the slot
+        # its previous segment frees is handed on.
+        job = _Job(self, action)
+        if self.server.slots.acquire(job, action.continuing):
+            job.granted.set_result(None)
+        else:
+            self.server.announce_positions()
+        task = asyncio.create_task(self._generate(job, self.continuity[action.ctx]))
+        self.segments[action.ctx] = (task, job)
+
+    async def _generate(self, job: _Job, continuity: Continuity) -> None:
+        action, session, now = job.action, self.session, time.monotonic
+        gen = action.generation
+        request = GenerationRequest(
+            text=action.text,
+            prompt=continuity.prompt(),
+            params=GenerationParams(
+                cfg_value=gen.cfg_value,
+                temperature=gen.temperature,
+                inference_timesteps=gen.inference_timesteps,
+                # Distinct but reproducible noise per segment of a seeded context.
+                seed=None if gen.seed is None else (gen.seed + action.segment) % 2**63,
+                max_patches=self.server.config.max_patches,
+            ),
+        )
+        try:
+            await job.granted
+            session.segment_admitted(action.ctx, now())
+            self.pump()
+            latents = []
+            async for chunk in self.engine.generate(request):
+                latents.append(chunk.latents)
+                session.segment_audio(action.ctx, chunk.samples, now())
+                self.pump()
+                await self._until_writable()
+            continuity.record(action.text, latents)
+            session.segment_finished(action.ctx, now())
+        except EngineError as exc:
+            logger.warning("segment %d of context %r failed: %s", action.segment, action.ctx, exc)
+            session.segment_failed(action.ctx, f"engine: {exc}", now())
+        finally:
+            if action.ctx in self.segments and self.segments[action.ctx][1] is job:
+                del self.segments[action.ctx]
+            self.pump()  # may start this context's next segment, which then queues ahead of new contexts
+            self.server.release(job)
+            if action.ctx not in session.contexts:
+                self.continuity.pop(action.ctx, None)
+
+    async def _until_writable(self) -> None:
+        """Hold a segment while its client lags: not pulling chunks makes the engine pause the request."""
+        if self.session.writable:
+            return
+        self.paused += 1
+        try:
+            while not self.session.writable:
+                self._writable.clear()
+                await self._writable.wait()
+        finally:
+            self.paused -= 1
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                item = self.session.next_outgoing(time.monotonic())
+                if item is None:
+                    if self._close_after_output is not None:
+                        await self.websocket.close(self._close_after_output.code, self._close_after_output.reason)
+                        return
+                    self._wake_writer.clear()
+                    await self._wake_writer.wait()
+                    continue
+                data, text = item
+                await self.websocket.send(data, text=text)
+                if self.session.writable:
+                    self._writable.set()
+        except ConnectionClosed:
+            pass
+
+    async def _tick(self) -> None:
+        while True:
+            self._armed = self.session.next_deadline()
+            self._wake_timer.clear()
+            timeout = None if self._armed is None else max(0.0, self._armed - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake_timer.wait(), timeout)
+            self.session.tick(time.monotonic())
+            self.pump()
+
+    async def _abort(self, action: CloseConnection) -> None:
+        """Close a connection whose client reads nothing: its close handshake cannot complete, so cut it short."""
+        logger.info("closing session %s: %s", self.session.config.session_id, action.reason)
+        self._tasks[0].cancel()  # the writer is stuck in a send
+        try:
+            await asyncio.wait_for(self.websocket.close(action.code, action.reason), ABORT_CLOSE_S)
+        except TimeoutError:
+            self.websocket.transport.abort()
