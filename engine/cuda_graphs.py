@@ -64,12 +64,13 @@ class DecodeGraphs:
         batch = len(slots)
         bucket = self.bucket_for(batch)
         assert bucket is not None, f"batch {batch} exceeds the largest graph bucket {self.buckets[-1]}"
+        # Before staging the slots: a first-use capture fills the slot buffer with the scratch slot.
+        graph, out = self._graph(bucket, max_timesteps)
         staging = self._staging.numpy()
         staging[:batch] = slots
         staging[batch:bucket] = self.scratch_slot
         # The host waits for every step's result before preparing the next, so staging is free to reuse.
         self.slots[:bucket].copy_(self._staging[:bucket], non_blocking=True)
-        graph, out = self._graph(bucket, max_timesteps)
         graph.replay()
         return out[:batch]
 

@@ -138,9 +138,7 @@ class ModelRunner:
 
     def _admit(self, seqs: list[Sequence]) -> None:
         """Initialise the slot state of newly admitted requests (their prefill step)."""
-        params = np.array(
-            [[seq.seed, seq.params.inference_timesteps, seq.num_prompt] for seq in seqs], dtype=np.int64
-        )
+        params = np.array([[seq.seed, seq.params.inference_timesteps, seq.num_prompt] for seq in seqs], dtype=np.int64)
         floats = np.array([[seq.params.cfg_value, seq.params.temperature] for seq in seqs], dtype=np.float32)
         blocks = np.full((len(seqs), self.max_blocks_per_seq), self.scratch_block, dtype=np.int32)
         for row, seq in enumerate(seqs):
@@ -183,10 +181,10 @@ class ModelRunner:
         samples = self.vae_decoder.decode(slots, patches.transpose(1, 2))  # [B, D, P] -> [B, P * hop]
         return torch.cat([patches.flatten(1), samples, outputs.stop.float().unsqueeze(1)], dim=1)
 
-    def _decode_body(self, slots: torch.Tensor, max_timesteps: int, max_seqlen_k: int | None = None) -> torch.Tensor:
+    def _decode_body(self, slots: torch.Tensor, max_timesteps: int) -> torch.Tensor:
         """One decode step of the streams in `slots` (int64 [B] on the device), everything derived on the device
-        from slot state, so that it can be captured (DecodeGraphs). `max_seqlen_k` only sizes the torch
-        attention kernels' gather; None = the whole block table (what a graph must assume)."""
+        from slot state, so that it can be captured (DecodeGraphs). The torch attention kernels gather the
+        whole block table (a graph cannot know the longest sequence); flash-attn reads only seq_lens."""
         batch = slots.shape[0]
         steps = self.slot_step[slots]
         positions = self.slot_prompt_len[slots] + steps - 1
@@ -204,22 +202,21 @@ class ModelRunner:
                 cu_seqlens_q=offsets.int(),
                 seq_lens=(positions + 1).int(),
                 max_seqlen_q=1,
-                max_seqlen_k=max_seqlen_k or self.max_blocks_per_seq * self.block_size,
+                max_seqlen_k=self.max_blocks_per_seq * self.block_size,
                 slot_mapping=block_of.long() * self.block_size + positions % self.block_size,
                 block_tables=blocks,
                 decode_only=True,
             ),
         )
         packed = self._emit(slots, self.model.forward(inputs, max_timesteps))
-        self.slot_step[self.scratch_slot] = 0  # keeps padded rows at position 0 of the scratch block
+        self.slot_step[self.scratch_slot :].zero_()  # keeps padded rows at position 0 of the scratch block
         return packed
 
     def _decode(self, seqs: list[Sequence], max_timesteps: int) -> torch.Tensor:
         slots = np.array([seq.slot for seq in seqs], dtype=np.int64)
-        if self.graphs is not None and self.graphs.bucket_for(len(seqs)) is not None:
+        if self.graphs is not None:  # the largest bucket is max_num_seqs: every decode batch has a graph
             return self.graphs.run(slots, max_timesteps)
-        max_seqlen_k = max(seq.num_positions for seq in seqs)
-        return self._decode_body(self._to_device(slots), max_timesteps, max_seqlen_k)
+        return self._decode_body(self._to_device(slots), max_timesteps)
 
     def _prefill(self, seqs: list[Sequence], max_timesteps: int) -> torch.Tensor:
         """Eager forward over the prompts of newly admitted requests (variable length: never graphed)."""

@@ -74,7 +74,9 @@ def add_rms_norm(
 # -- RoPE on q and k, in place in the qkv buffer -----------------------------------------------------------------
 
 
-@triton.jit
+# Integer arguments that vary with the batch or token count are not specialised on: Triton would otherwise
+# compile a new variant the first time such a value is 1 or not a multiple of 16, a stall mid-serve.
+@triton.jit(do_not_specialize=["n_rows"])
 def _rope_kernel(
     q_ptr, k_ptr, cos_ptr, sin_ptr, q_stride, k_stride, n_rows,
     HQ: tl.constexpr, HK: tl.constexpr, HQ_P: tl.constexpr, HK_P: tl.constexpr, D: tl.constexpr,
@@ -172,7 +174,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 # -- Snake (AudioVAE activation) ---------------------------------------------------------------------------------
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["numel", "length", "channels"])  # see _rope_kernel
 def _snake_kernel(x_ptr, alpha_ptr, out_ptr, numel, length, channels, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel

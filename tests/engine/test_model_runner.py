@@ -26,7 +26,7 @@ def test_kv_pool_is_sized_from_the_configuration(checkpoint):
     assert runner.num_kv_blocks == 3 * 7  # ceil(100 / 16) blocks per slot
     assert runner.max_blocks_per_seq == 7
     attention = runner.model.base_lm.layers[0].self_attn
-    assert attention.k_cache.shape[:2] == (21, 16)
+    assert attention.k_cache.shape[:2] == (21 + 1, 16)  # + the scratch block of padded graph rows
     assert ModelRunner(engine_config(checkpoint, num_kv_blocks=5)).num_kv_blocks == 5
 
 

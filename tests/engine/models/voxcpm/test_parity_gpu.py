@@ -30,7 +30,10 @@ attention, other kernels) land closer to each other than either is to fp32: 0..3
     mean_k e(OURS, TRUTH) <= MEAN_RATIO * mean_k e(REF, TRUTH) (1.5; 0.9..1.1 on the CPU): ours is as close
     to the fp32 answer as the reference's own bf16 is, so a rounding that we do worse than the reference fails.
   - stop logits (the [continue, stop] pair of every step), relative to max |TRUTH logit| over the steps:
-    |OURS - REF| <= STOP_TOL = 16u = 6.3e-2 (CPU: <= 3.8e-2) and the same fp32 anchor as the patches.
+    |OURS - REF| <= STOP_TOL = 24u = 9.4e-2 and the same fp32 anchor as the patches. A logit is a dot product
+    with heavy cancellation (|logit| ~0.1..1 from a 128-wide hidden of unit-scale entries), so its relative
+    error is the hidden's absolute error magnified: bf16 vs fp32 is 3e-2..7e-2 here, OURS vs REF 1.5e-2..4.5e-2
+    on the CPU; the anchor is the sharp check, STOP_TOL the guard against a broken head or a misaligned step.
 VAE: the engine decodes in fp32 (engine/model_runner.py) with the streaming decoder; on CUDA under PyTorch's default
 cuDNN flags its convolutions may run in TF32 (11 significant bits, u = 2^-11 = 4.9e-4; emulating TF32 rounding of
 conv inputs and weights on the CPU gives 1.4e-3..2.0e-3 relative RMS on these VAEs), so its streamed audio is
@@ -69,7 +72,7 @@ NUM_PATCHES = 8
 U = 2.0**-8  # bf16 unit roundoff
 PAIR_TOL, PAIR_MEAN_TOL = 20 * U, 8 * U
 RATIO, FLOOR_U, MEAN_RATIO = 2.0, 2.0, 1.5
-STOP_TOL = 16 * U
+STOP_TOL = 24 * U
 VAE_TF32_TOL, VAE_FP32_TOL = 1e-2, 1e-4
 HD64 = "voxcpm2-hd64"
 CASES = [*MODES, (HD64, "zero_shot"), (HD64, "continuation")]

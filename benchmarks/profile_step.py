@@ -1,0 +1,175 @@
+"""Where a decode step's time goes, per batch size: one JSON line per B (CUDA only).
+
+    python benchmarks/profile_step.py --model CKPT --batch 1 64 256
+
+Keys (milliseconds, medians):
+- admit_first / admit: wall time of the step(s) admitting B requests at once (eager prefill of every prompt,
+  first time and again); this is what TTFB pays under a burst.
+- engine_step: EngineCore.step() wall time in steady state (scheduling, graph replay, D2H, chunk building).
+- step_graph: the decode step's graph replay (GPU time), fused kernels; `*_twin`: the same with the torch twins.
+- step_eager: the same step run eagerly (wall time, synchronised): what the engine did before graphs.
+- cfm / vae / locdit_call: graphs of the CFM loop, the streaming VAE decode and one LocDiT estimator call
+  at this batch; backbone = step_graph - cfm - vae (LocEnc, both LMs, FSQ, projections, stop head).
+- host = engine_step - step_graph: the host's share of a step (the GPU idles during it).
+- kernels_eager: GPU kernel time of one eager step by kind (torch.profiler), fused kernels on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from engine import EngineConfig, GenerationParams, GenerationRequest, kernels
+from engine.engine_core import EngineCore
+
+TEXT = "The quick brown fox jumps over the lazy dog while the weather report plays on the radio in the kitchen."
+
+
+def graph_ms(fn: Callable[[], object], iters: int = 10) -> float:
+    """Median replay time of a CUDA graph of fn (warmed up first, on a side stream as capture requires)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def wall_ms(fn: Callable[[], object], iters: int = 3) -> float:
+    fn()
+    times = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def kernel_breakdown(fn: Callable[[], object]) -> dict[str, float]:
+    kinds = {
+        "gemm": ("gemm", "cutlass", "xmma", "nvjet", "cublas"),
+        "attention": ("flash", "fmha", "attention"),
+        "fused_triton": ("_rms_norm_kernel", "_rope_kernel", "_silu_mul_kernel", "_snake_kernel"),
+        "conv": ("conv", "cudnn", "implicit", "winograd", "fft"),
+    }
+    fn()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    count = 0
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        name = event.name.lower()
+        kind = next((k for k, keys in kinds.items() if any(key in name for key in keys)), "other")
+        totals[kind] = totals.get(kind, 0.0) + event.device_time / 1e3
+        count += 1
+    return {"launches": count, **{k: round(v, 2) for k, v in sorted(totals.items())}}
+
+
+def profile(core: EngineCore, batch: int, steps: int) -> dict[str, object]:
+    runner = core.runner
+    params = GenerationParams(seed=1, max_patches=steps + 4, min_patches=steps + 4)
+    admit_times = []
+    for attempt in range(2):  # the first admission of this size may pay one-time costs; the second is steady
+        for i in range(batch):
+            core.add_request(GenerationRequest(text=TEXT, params=params, request_id=f"p{batch}-{attempt}-{i}"))
+        t0 = time.perf_counter()
+        while core.scheduler.waiting or any(seq.is_prefill for seq in core.scheduler.running):
+            core.step()  # admissions (prefill) until every request decodes
+        admit_times.append(round(1e3 * (time.perf_counter() - t0), 2))
+        if attempt == 0:
+            for seq in list(core.scheduler.running):
+                core.abort(seq.request_id)
+    step_times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        core.step()
+        step_times.append(1e3 * (time.perf_counter() - t0))
+    seqs = list(core.scheduler.running)
+    slots = torch.tensor([seq.slot for seq in seqs], device=runner.device)
+    timesteps = params.inference_timesteps
+    model, cfm = runner.model, runner.model.feat_decoder
+    dit = cfm.estimator
+    gen = torch.Generator(device=runner.device).manual_seed(0)
+    mu_dim = dit.hidden * max(dit.mu_tokens, 1)
+    mu = torch.randn(batch, mu_dim, device=runner.device, dtype=model.dtype, generator=gen)
+    cond = torch.randn(batch, runner.patch_size, runner.feat_dim, device=runner.device, dtype=model.dtype)
+    noise = torch.randn(batch, runner.patch_size, runner.feat_dim, device=runner.device)
+    ones = torch.ones(batch, device=runner.device)
+    steps_t = torch.full((batch,), timesteps, device=runner.device)
+    latents = torch.randn(batch, runner.feat_dim, runner.patch_size, device=runner.device)
+    mu2, cond_tokens = dit.context(mu, cond)
+    x2 = torch.randn(2 * batch, runner.patch_size, runner.feat_dim, device=runner.device, dtype=model.dtype)
+    time_tok = dit.time_token(torch.full((2 * batch,), 0.5, device=runner.device, dtype=model.dtype))
+
+    def step() -> object:
+        return runner._decode_body(slots, timesteps)
+
+    def run_cfm() -> object:
+        return cfm(mu, cond, noise, ones, 2 * ones, steps_t, timesteps)
+
+    def run_vae() -> object:
+        return runner.vae_decoder.decode(slots, latents)
+
+    def run_dit() -> object:
+        return dit(x2, time_tok, mu2, cond_tokens)
+
+    line: dict[str, object] = {
+        "batch": batch,
+        "admit_first": admit_times[0],
+        "admit": admit_times[1],
+        "engine_step": round(statistics.median(step_times), 2),
+    }
+    for suffix, fused in (("", True), ("_twin", False)):
+        with kernels.fused_enabled(fused):
+            line["step_graph" + suffix] = round(graph_ms(step), 2)
+            line["cfm" + suffix] = round(graph_ms(run_cfm), 2)
+            line["vae" + suffix] = round(graph_ms(run_vae), 2)
+            line["locdit_call" + suffix] = round(graph_ms(run_dit), 3)
+    line["backbone"] = round(line["step_graph"] - line["cfm"] - line["vae"], 2)  # type: ignore[operator]
+    line["host"] = round(line["engine_step"] - line["step_graph"], 2)  # type: ignore[operator]
+    with kernels.fused_enabled(False):
+        line["step_eager_twin"] = round(wall_ms(step), 2)
+    line["step_eager"] = round(wall_ms(step), 2)
+    line["kernels_eager"] = kernel_breakdown(step)
+    for seq in seqs:
+        core.abort(seq.request_id)
+    return line
+
+
+@torch.inference_mode()
+def main(args: argparse.Namespace) -> None:
+    config = EngineConfig(model=args.model, max_num_seqs=max(args.batch), max_model_len=1024)
+    t0 = time.perf_counter()
+    core = EngineCore(config)
+    print(json.dumps({"gpu": torch.cuda.get_device_name(), "startup_s": round(time.perf_counter() - t0, 1)}))
+    for batch in args.batch:
+        print(json.dumps(profile(core, batch, args.steps)), flush=True)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True)
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 64, 256])
+    p.add_argument("--steps", type=int, default=8)
+    main(p.parse_args())

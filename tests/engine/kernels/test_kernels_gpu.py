@@ -1,0 +1,67 @@
+"""Triton kernels against their torch twins on CUDA (marker `gpu`): fresh random inputs, poisoned outputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import kernels
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+triton_ops = pytest.importorskip("engine.kernels.triton_ops")
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(1, 1024), (37, 11, 1024), (300, 2048), (5, 8)])
+def test_rms_norm_and_add_rms_norm(dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    x = torch.randn(shape, device="cuda", dtype=dtype) * 3
+    update = torch.randn(shape, device="cuda", dtype=dtype)
+    weight = torch.rand(shape[-1], device="cuda", dtype=dtype) + 0.5
+    assert _rel(triton_ops.rms_norm(x, weight, 1e-5), kernels.rms_norm_torch(x, weight, 1e-5)) < 4e-3
+    summed, normed = triton_ops.add_rms_norm(x, update, weight, 1e-5)
+    assert torch.equal(summed, x + update)  # the same single rounding as torch's add
+    assert _rel(normed, kernels.rms_norm_torch(x + update, weight, 1e-5)) < 4e-3
+
+
+@pytest.mark.parametrize("lead", [(7,), (6, 11)])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(16, 2, 128), (16, 2, 64), (4, 2, 8)])
+def test_rope_in_place_on_qkv_views(lead: tuple[int, ...], heads: int, kv_heads: int, dim: int) -> None:
+    """q and k are strided views of one qkv GEMM output, as in Attention.forward."""
+    rows = lead[-1]
+    qkv = torch.randn(*lead, (heads + 2 * kv_heads) * dim, device="cuda", dtype=torch.bfloat16)
+    q, k, _ = qkv.split((heads * dim, kv_heads * dim, kv_heads * dim), dim=-1)
+    q, k = q.view(*lead, heads, dim), k.view(*lead, kv_heads, dim)
+    table = torch.randn(rows, 1, dim, device="cuda", dtype=torch.bfloat16)
+    cos, sin = table.cos(), table.sin()
+    expected = kernels.rope_torch(q, cos, sin), kernels.rope_torch(k, cos, sin)
+    v_before = qkv[..., (heads + kv_heads) * dim :].clone()
+    q_out, k_out = triton_ops.rope_qk_(q, k, cos, sin)
+    assert q_out.data_ptr() == q.data_ptr()  # rotated in place
+    for got, want in zip((q_out, k_out), expected, strict=True):
+        assert _rel(got, want) < 4e-3
+        assert float((got.float() - want.float()).abs().max()) <= 2**-6 * float(want.float().abs().max())
+    assert torch.equal(qkv[..., (heads + kv_heads) * dim :], v_before)  # v untouched
+
+
+@pytest.mark.parametrize("shape", [(1, 2 * 4096), (513, 2 * 4096), (3, 11, 2 * 6144), (2, 16)])
+def test_silu_mul(shape: tuple[int, ...]) -> None:
+    gate_up = torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 4
+    got = triton_ops.silu_mul(gate_up)
+    want = kernels.silu_mul_torch(gate_up)
+    assert got.shape == want.shape and _rel(got, want) < 4e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("shape", [(1, 2048, 4), (16, 64, 7680 + 6), (3, 5, 17)])
+def test_snake(dtype: torch.dtype, shape: tuple[int, int, int]) -> None:
+    x = torch.randn(shape, device="cuda", dtype=dtype) * 2
+    alpha = torch.rand(1, shape[1], 1, device="cuda", dtype=dtype) + 0.3
+    exact = kernels.snake_torch(x.double(), alpha.double())
+    got, twin = triton_ops.snake(x, alpha), kernels.snake_torch(x, alpha)
+    # One rounding instead of the twin's five: at least as close to the float64 result as the twin.
+    assert _rel(got, exact) <= max(_rel(twin, exact), 1e-6) * 1.01
+    assert _rel(got, twin) < 2e-3
