@@ -1,9 +1,12 @@
 """The device side of the engine: weights, the KV pool, per-slot state, and every host<->device copy.
 
 One `run(batch)` is one engine step. The running streams decode in one forward (replayed from a CUDA graph
-per batch bucket on CUDA, see cuda_graphs.py); newly admitted requests prefill in a second, eager forward of
-the same step. Both feed their generated patches back into per-slot device buffers, decode them to audio with
-the streaming VAE, and the step brings latents, audio and stop flags back in ONE device->host copy.
+per batch bucket on CUDA, see cuda_graphs.py); newly admitted requests prefill in a second forward of the
+same step, whose backbone (LM over the prompt positions, variable length) runs eagerly and whose tail
+(`_tail_body`: CFM, stop head, feedback, VAE, packing; fixed shapes per batch) replays from a second set of
+graphs. The decode graph runs the same `_tail_body` after a one-position backbone. Both feed their generated
+patches back into per-slot device buffers, decode them to audio with the streaming VAE, and the step brings
+latents, audio and stop flags back in ONE device->host copy.
 
 Per-slot device state (indexed by `Sequence.slot`, written at admission, read by every step):
 - `slot_patch`: the patch a request generated last; the next step's input position for that request.
@@ -29,9 +32,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from engine.batch import AttentionMetadata, ModelInputs, ModelOutputs
+from engine.batch import AttentionMetadata, BackboneInputs, ModelOutputs
 from engine.config import EngineConfig
-from engine.cuda_graphs import DecodeGraphs
+from engine.cuda_graphs import StepGraphs, bucket_sizes
 from engine.models.voxcpm.checkpoint import LoadedVoxCPM, load_voxcpm
 from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
 from engine.noise import standard_normal
@@ -59,12 +62,14 @@ class StepResult:
 
 @contextlib.contextmanager
 def native_convs() -> Iterator[None]:
-    """Eager VAE work (admissions, priming, prompt encoding) runs PyTorch's native convolutions, not cuDNN's.
+    """Eager VAE work off the step (priming, prompt encoding) runs PyTorch's native convolutions, not cuDNN's.
 
     cuDNN builds an execution plan for every new conv shape, at about 35 ms a conv, and caches it per thread:
     measured on an H200, an admission step whose number of newcomers the engine thread had not seen before took
-    ~920 ms instead of ~90 ms. Eager VAE calls come in ever new shapes (batch of newcomers, prompt lengths), so
-    they skip cuDNN; the graphed decode keeps it, its plans baked in at capture.
+    ~920 ms instead of ~90 ms. These calls come in ever new shapes (batch of newcomers, prompt lengths), so they
+    skip cuDNN. The step's own VAE decode (`_tail_body`, decode and prefill alike) keeps cuDNN: graphed, its
+    plans are baked in at capture for the bucket shapes; under enforce_eager it runs the graphs' code
+    unchanged (cuDNN included) so that eager and graphed steps give the same bits.
     """
     with torch.backends.cudnn.flags(enabled=False):
         yield
@@ -137,11 +142,43 @@ class ModelRunner:
             samples_per_patch=self.patch_size * self.vae.decode_chunk_size,
             supports_reference=checkpoint.config.is_v2,
         )
-        self.graphs: DecodeGraphs | None = None
+        # CUDA graphs: `graphs` replays whole decode steps, `prefill_graphs` the tail of admission steps. Both
+        # over the same buckets (the largest is max_num_seqs, so every decode batch and every admission batch
+        # has one) and one memory pool.
+        self.graphs: StepGraphs | None = None
+        self.prefill_graphs: StepGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager:
-            self.graphs = DecodeGraphs(self._decode_body, config.max_num_seqs, self.scratch_slot, self.device)
-            with torch.inference_mode():
-                self.graphs.capture_all(GenerationParams().inference_timesteps)
+            self._capture_graphs(config.max_num_seqs, GenerationParams().inference_timesteps)
+
+    def _capture_graphs(self, max_batch: int, max_timesteps: int) -> None:
+        buckets = bucket_sizes(max_batch)
+        pool = torch.cuda.graph_pool_handle()
+        # Static inputs. Decode: the slot list, staged through pinned memory in one host->device copy.
+        self._decode_slots = torch.full((max_batch,), self.scratch_slot, dtype=torch.int64, device=self.device)
+        self._decode_staging = torch.empty(max_batch, dtype=torch.int64, pin_memory=self.device.type == "cuda")
+        self.graphs = StepGraphs(
+            lambda views, steps: self._decode_body(views[0], steps),
+            [(self._decode_slots, self.scratch_slot)],
+            buckets,
+            pool,
+        )
+        # Prefill tail: the slots and what the eager backbone leaves per sequence; padded rows get the scratch
+        # slot and zero hiddens (finite, and rows are independent, so they never touch a real row's result).
+        model = self.model
+        tail_inputs = [
+            (torch.full((max_batch,), self.scratch_slot, dtype=torch.int64, device=self.device), self.scratch_slot),
+            (torch.zeros(max_batch, model.lm_to_dit_proj.in_features, dtype=self.dtype, device=self.device), 0.0),
+            (torch.zeros(max_batch, model.res_to_dit_proj.in_features, dtype=self.dtype, device=self.device), 0.0),
+            (torch.zeros(max_batch, self.patch_size, self.feat_dim, dtype=self.dtype, device=self.device), 0.0),
+        ]
+        self.prefill_graphs = StepGraphs(
+            lambda views, steps: self._tail_body(*views, steps), tail_inputs, buckets, pool
+        )
+        with torch.inference_mode():
+            self.model.feat_decoder.schedule_tables(self.dtype, self.device)  # built outside any capture
+            # Decode first: its largest graph (backbone + tail) reserves the pool the tails then reuse.
+            self.graphs.capture_all(max_timesteps)
+            self.prefill_graphs.capture_all(max_timesteps)
 
     # host -> device
 
@@ -197,23 +234,33 @@ class ModelRunner:
         samples = self.vae_decoder.decode(slots, patches.transpose(1, 2))  # [B, D, P] -> [B, P * hop]
         return torch.cat([patches.flatten(1), samples, outputs.stop.float().unsqueeze(1)], dim=1)
 
-    def _decode_body(self, slots: torch.Tensor, max_timesteps: int) -> torch.Tensor:
-        """One decode step of the streams in `slots` (int64 [B] on the device), everything derived on the device
-        from slot state, so that it can be captured (DecodeGraphs). The torch attention kernels gather the
-        whole block table (a graph cannot know the longest sequence); flash-attn reads only seq_lens."""
+    def _tail_body(
+        self, slots: torch.Tensor, lm_h: torch.Tensor, res_h: torch.Tensor, cond: torch.Tensor, max_timesteps: int
+    ) -> torch.Tensor:
+        """Everything of a step after the backbone, for decode and prefill alike: fixed shapes per batch size
+        and everything else derived on the device from slot state, so that it can be captured. slots int64
+        [B], `model.backbone`'s (lm_h, res_h, cond) -> packed [B, latents | samples | stop]."""
+        outputs = self.model.generate(lm_h, res_h, cond, **self._slot_settings(slots), max_timesteps=max_timesteps)
+        packed = self._emit(slots, outputs)
+        self.slot_step[self.scratch_slot :].zero_()  # keeps padded rows at position 0 of the scratch block
+        return packed
+
+    def _decode_inputs(self, slots: torch.Tensor) -> BackboneInputs:
+        """The backbone's inputs of a decode step (one position per stream), derived on the device from slot
+        state. The torch attention kernels gather the whole block table (a graph cannot know the longest
+        sequence); flash-attn reads only seq_lens."""
         batch = slots.shape[0]
         steps = self.slot_step[slots]
         positions = self.slot_prompt_len[slots] + steps - 1
         blocks = self.slot_blocks[slots]  # int32 [B, max_blocks]
         block_of = blocks.gather(1, (positions // self.block_size).unsqueeze(1)).squeeze(1)
         offsets = torch.arange(batch + 1, device=self.device)
-        inputs = ModelInputs(
+        return BackboneInputs(
             token_ids=torch.zeros(batch, dtype=torch.int64, device=self.device),
             feats=self.slot_patch[slots].to(self.dtype),
             audio_mask=torch.ones(batch, dtype=torch.bool, device=self.device),
             positions=positions,
             last_index=offsets[:batch],
-            **self._slot_settings(slots),
             attn=AttentionMetadata(
                 cu_seqlens_q=offsets.int(),
                 seq_lens=(positions + 1).int(),
@@ -224,18 +271,37 @@ class ModelRunner:
                 decode_only=True,
             ),
         )
-        packed = self._emit(slots, self.model.forward(inputs, max_timesteps))
-        self.slot_step[self.scratch_slot :].zero_()  # keeps padded rows at position 0 of the scratch block
-        return packed
+
+    def _eager_convs(self) -> contextlib.AbstractContextManager[None]:
+        """With graphs on, an eager step is the exception (an Euler-step count without graphs) and comes in
+        shapes the engine thread has not seen: native convolutions, see native_convs(). Under enforce_eager the
+        step keeps cuDNN, as the graphs do, so that eager and graphed runs can be compared bit for bit."""
+        return native_convs() if self.graphs is not None else contextlib.nullcontext()
+
+    def _decode_body(self, slots: torch.Tensor, max_timesteps: int) -> torch.Tensor:
+        """One decode step of the streams in `slots` (int64 [B] on the device): the one-position backbone, then
+        the tail. Everything comes from slot state, so the whole step is captured (`graphs`)."""
+        return self._tail_body(slots, *self.model.backbone(self._decode_inputs(slots)), max_timesteps)
 
     def _decode(self, seqs: list[Sequence], max_timesteps: int) -> torch.Tensor:
         slots = np.array([seq.slot for seq in seqs], dtype=np.int64)
-        if self.graphs is not None:  # the largest bucket is max_num_seqs: every decode batch has a graph
-            return self.graphs.run(slots, max_timesteps)
-        return self._decode_body(self._to_device(slots), max_timesteps)
+        batch = len(slots)
+        if self.graphs is None or not self.graphs.has_graph(batch, max_timesteps):
+            with self._eager_convs():
+                return self._decode_body(self._to_device(slots), max_timesteps)
 
-    def _prefill(self, seqs: list[Sequence], max_timesteps: int) -> torch.Tensor:
-        """Eager forward over the prompts of newly admitted requests (variable length: never graphed)."""
+        def fill(bucket: int) -> None:
+            # One host->device copy; the host waits for every step's result before preparing the next, so the
+            # staging buffer is free to reuse.
+            staging = self._decode_staging.numpy()
+            staging[:batch] = slots
+            staging[batch:bucket] = self.scratch_slot
+            self._decode_slots[:bucket].copy_(self._decode_staging[:bucket], non_blocking=True)
+
+        return self.graphs.run(batch, max_timesteps, fill)
+
+    def _prefill_inputs(self, seqs: list[Sequence]) -> tuple[BackboneInputs, torch.Tensor]:
+        """The backbone's inputs over the prompts of newly admitted requests, and their slots (int64 [B])."""
         num_new = np.array([seq.num_prompt for seq in seqs], dtype=np.int64)
         cu_seqlens = np.zeros(len(seqs) + 1, dtype=np.int64)
         np.cumsum(num_new, out=cu_seqlens[1:])
@@ -261,13 +327,12 @@ class ModelRunner:
         seq_lens_d, last_index_d, slots_d = packed[4 * n + b + 1 : 4 * n + 4 * b + 1].view(3, b)
         block_tables_d = packed[4 * n + 4 * b + 1 :].view(b, self.max_blocks_per_seq)
 
-        inputs = ModelInputs(
+        inputs = BackboneInputs(
             token_ids=token_ids_d,
             feats=self._to_device(np.concatenate([seq.feats for seq in seqs])).to(self.dtype),
             audio_mask=audio_mask_d.bool(),
             positions=positions_d,
             last_index=last_index_d,
-            **self._slot_settings(slots_d),
             attn=AttentionMetadata(
                 cu_seqlens_q=cu_seqlens_d.int(),
                 seq_lens=seq_lens_d.int(),
@@ -278,25 +343,46 @@ class ModelRunner:
                 decode_only=False,
             ),
         )
-        outputs = self.model.forward(inputs, max_timesteps)
-        with native_convs():
-            return self._emit(slots_d, outputs)
+        return inputs, slots_d
+
+    def _prefill(self, seqs: list[Sequence], max_timesteps: int) -> torch.Tensor:
+        """Admission step: the eager backbone over the prompts (variable length: never graphed), then the tail."""
+        inputs, slots = self._prefill_inputs(seqs)
+        return self._tail(slots, *self.model.backbone(inputs), max_timesteps)
+
+    def _tail(
+        self, slots: torch.Tensor, lm_h: torch.Tensor, res_h: torch.Tensor, cond: torch.Tensor, max_timesteps: int
+    ) -> torch.Tensor:
+        """`_tail_body` of B rows, replayed from `prefill_graphs` (the bucket >= B) when there are graphs."""
+        batch = slots.shape[0]
+        graphs = self.prefill_graphs
+        if graphs is None or not graphs.has_graph(batch, max_timesteps):
+            with self._eager_convs():
+                return self._tail_body(slots, lm_h, res_h, cond, max_timesteps)
+
+        def fill(bucket: int) -> None:
+            # Device-to-device copies into the static inputs (the hiddens never leave the device).
+            for (static, pad), value in zip(graphs.inputs, (slots, lm_h, res_h, cond), strict=True):
+                static[:batch].copy_(value)
+                static[batch:bucket].fill_(pad)
+
+        return graphs.run(batch, max_timesteps, fill)
 
     @torch.inference_mode()
     def run(self, batch: list[Sequence]) -> StepResult:
-        """One step: running streams decode (graphed when possible), admissions prefill eagerly in the same
-        step, so an admission neither stalls the running streams nor turns their step eager."""
+        """One step: running streams decode (graphed when possible), admissions prefill in the same step (eager
+        backbone, graphed tail), so an admission neither stalls the running streams nor turns their step eager."""
         num_decode = sum(not seq.is_prefill for seq in batch)
         decodes, prefills = batch[:num_decode], batch[num_decode:]
         assert all(seq.is_prefill for seq in prefills), "the scheduler puts decodes before prefills"
-        max_timesteps = max(seq.params.inference_timesteps for seq in batch)  # known here: no device read
         parts = []
+        # The CFM loop bound (known here: no device read) is part of a graph's key, so each forward uses its own
+        # rows' maximum. A larger bound would not change a row's result: its extra Euler steps have dt = 0.
         if decodes:
-            # Graph keys include the loop bound: decode rows use their own maximum, not the newcomers'.
             parts.append(self._decode(decodes, max(seq.params.inference_timesteps for seq in decodes)))
         if prefills:
             self._admit(prefills)
-            parts.append(self._prefill(prefills, max_timesteps))
+            parts.append(self._prefill(prefills, max(seq.params.inference_timesteps for seq in prefills)))
         packed = parts[0] if len(parts) == 1 else torch.cat(parts)
 
         # One device->host copy per step: latents, audio and stop flags side by side.

@@ -2,10 +2,12 @@ import numpy as np
 import pytest
 import torch
 
+from engine.batch import BackboneInputs, ModelInputs
 from engine.engine_core import EngineCore
 from engine.model_runner import ModelRunner
 from engine.params import GenerationParams, GenerationRequest, Prompt
 from tests.engine.helpers import engine_config
+from tests.engine.models.voxcpm.single_forward import single_forward
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +75,63 @@ def test_encode_audio_pads_to_whole_patches(checkpoint, padding):
         runner.encode_audio(wav, "middle")
     with pytest.raises(ValueError):
         runner.encode_audio(np.zeros(0, dtype=np.float32), padding)
+
+
+def _single_forward_runner(runner: ModelRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make `runner` step as before the backbone/generate split: one single-function forward over ModelInputs,
+    then `_emit`, with a larger CFM loop bound than the rows need (the old prefill used the whole step's)."""
+
+    def forward(slots: torch.Tensor, inputs: BackboneInputs, max_timesteps: int) -> torch.Tensor:
+        fields = {name: getattr(inputs, name) for name in BackboneInputs.__slots__}
+        full = ModelInputs(**fields, **runner._slot_settings(slots))
+        packed = runner._emit(slots, single_forward(runner.model, full, max_timesteps + 3))
+        runner.slot_step[runner.scratch_slot :].zero_()
+        return packed
+
+    def decode(seqs: list, max_timesteps: int) -> torch.Tensor:
+        slots = torch.tensor([seq.slot for seq in seqs], dtype=torch.int64)
+        return forward(slots, runner._decode_inputs(slots), max_timesteps)
+
+    def prefill(seqs: list, max_timesteps: int) -> torch.Tensor:
+        inputs, slots = runner._prefill_inputs(seqs)
+        return forward(slots, inputs, max_timesteps)
+
+    monkeypatch.setattr(runner, "_decode", decode)
+    monkeypatch.setattr(runner, "_prefill", prefill)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_runner_steps_equal_the_single_forward(checkpoint, monkeypatch, dtype):
+    """The runner's eager path (CPU): decode and admission steps through backbone + `_tail_body` give the same
+    bits as the pre-split single forward, over mixed steps whose rows differ in Euler steps and settings."""
+    results = []
+    for single in (False, True):
+        core = EngineCore(engine_config(checkpoint, dtype=dtype, max_num_seqs=4, max_patches=6))
+        if single:
+            _single_forward_runner(core.runner, monkeypatch)
+        shape = (4, core.info.patch_size, core.info.feat_dim)
+        latents = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        late = [
+            GenerationRequest(
+                text="late", prompt=Prompt(text="pp", latents=latents), params=GenerationParams(seed=5), request_id="c"
+            ),
+            GenerationRequest(text="late two", params=GenerationParams(seed=6, inference_timesteps=3), request_id="d"),
+        ]
+        core.add_request(GenerationRequest(text="hello", params=GenerationParams(seed=1), request_id="a"))
+        core.add_request(
+            GenerationRequest(text="world", params=GenerationParams(seed=2, inference_timesteps=5), request_id="b")
+        )
+        chunks: dict[str, list] = {}
+        step = 0
+        while core.has_work():
+            if step == 2:
+                for request in late:
+                    core.add_request(request)
+            for chunk in core.step():
+                chunks.setdefault(chunk.request_id, []).append(np.concatenate([chunk.latents.ravel(), chunk.samples]))
+            step += 1
+        results.append({key: np.stack(value) for key, value in chunks.items()})
+    split, single = results
+    assert split.keys() == single.keys() and len(split) == 4
+    for key in split:
+        np.testing.assert_array_equal(split[key], single[key])

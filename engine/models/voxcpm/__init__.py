@@ -3,8 +3,9 @@
 Public surface for the runtime:
 - `load_voxcpm(path_or_repo, device, dtype, attention_backend) -> LoadedVoxCPM(model, vae, tokenizer, config, path)`
 - `build_prompt(text, prompt, tokenizer, config) -> PackedPrompt` (token_ids, feats, audio_mask, target_text_tokens)
-- `VoxCPMModel.forward(ModelInputs, max_timesteps=None) -> ModelOutputs`, `.allocate_kv_cache(num_blocks,
-  block_size)`, `.kv_cache_bytes_per_token()`
+- `VoxCPMModel.forward(ModelInputs, max_timesteps=None) -> ModelOutputs` (= `.backbone(BackboneInputs) ->
+  (lm_h, res_h, cond)` then `.generate(lm_h, res_h, cond, cfg_value, temperature, timesteps, noise,
+  max_timesteps)`), `.allocate_kv_cache(num_blocks, block_size)`, `.kv_cache_bytes_per_token()`
 - `engine.models.voxcpm.make_checkpoint.make_checkpoint(variant, size, out, seed, no_stop)`: random checkpoints
   in the released layout (not imported here, so that `python -m` runs it cleanly).
 """

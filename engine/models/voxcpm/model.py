@@ -7,6 +7,10 @@ hiddens (v1: sum of the projections, v2: their concatenation), the CFM sampler c
 position's patch, and the stop head on the base LM hidden. Reference: voxcpm `model/voxcpm.py` and
 `model/voxcpm2.py` (`_inference`).
 
+`forward` = `backbone` (every packed position, variable N, run eagerly) then `generate` (per sequence, fixed
+shapes per batch size): the runtime graphs `generate` per batch bucket for prefill steps too, whose backbone
+cannot be graphed. The composition is the same sequence of operations as one function, so the same bits.
+
 The parameter tree mirrors the released checkpoints except for the fused q/k/v and gate/up GEMMs
 (see checkpoint.py). The AudioVAE is a separate module (audio_vae.py).
 """
@@ -18,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.attention import AttentionBackend, get_attention_backend
-from engine.batch import ModelInputs, ModelOutputs
+from engine.batch import BackboneInputs, ModelInputs, ModelOutputs
 from engine.models.voxcpm.cfm import CFM
 from engine.models.voxcpm.config import VoxCPMConfig
 from engine.models.voxcpm.locdit import LocDiT
@@ -127,8 +131,20 @@ class VoxCPMModel(nn.Module):
 
     @torch.inference_mode()
     def forward(self, inputs: ModelInputs, max_timesteps: int | None = None) -> ModelOutputs:
-        """One step per engine/batch.py. `max_timesteps` (host int, >= every row's timesteps) saves reading
-        `inputs.timesteps.max()` back from the device (needed for CUDA graphs)."""
+        """One step per engine/batch.py: `backbone` then `generate`. `max_timesteps` (host int, >= every row's
+        timesteps) saves reading `inputs.timesteps.max()` back from the device (needed for CUDA graphs)."""
+        lm_h, res_h, cond = self.backbone(inputs)
+        if max_timesteps is None:
+            max_timesteps = int(inputs.timesteps.max())
+        return self.generate(
+            lm_h, res_h, cond, inputs.cfg_value, inputs.temperature, inputs.timesteps, inputs.noise, max_timesteps
+        )
+
+    @torch.inference_mode()
+    def backbone(self, inputs: BackboneInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The part of a step over the N packed positions (LocEnc, base LM, FSQ, residual LM, paged KV writes),
+        reduced to each sequence's last position: (base LM hidden [B, H], residual LM hidden [B, H], that
+        position's latent patch [B, P, D]), all in the model dtype. N varies per step; the outputs do not."""
         attn = inputs.attn
         audio = inputs.audio_mask
         feats = inputs.feats.to(self.dtype)
@@ -145,23 +161,29 @@ class VoxCPMModel(nn.Module):
         else:
             residual_in = enc + feat_emb
         res = self.residual_lm(residual_in, inputs.positions, attn)
-
         last = inputs.last_index
-        lm_h, res_h = enc[last], res[last]
+        return enc[last], res[last], feats[last]
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        lm_h: torch.Tensor,
+        res_h: torch.Tensor,
+        cond: torch.Tensor,
+        cfg_value: torch.Tensor,
+        temperature: torch.Tensor,
+        timesteps: torch.Tensor,
+        noise: torch.Tensor,
+        max_timesteps: int,
+    ) -> ModelOutputs:
+        """The rest of a step, fixed shapes per batch size B (capturable): mu from `backbone`'s two hiddens,
+        the CFM sampler conditioned on `cond`, the stop head on the base LM hidden. Per-row settings as in
+        ModelInputs (cfg_value, temperature [B] float32, timesteps [B] int64 <= max_timesteps, noise [B, D, P]
+        float32). Rows are independent: a row's result does not depend on the others' values."""
         if self.fusion_concat_proj is not None:
             mu = torch.cat((self.lm_to_dit_proj(lm_h), self.res_to_dit_proj(res_h)), dim=-1)
         else:
             mu = self.lm_to_dit_proj(lm_h) + self.res_to_dit_proj(res_h)
-        if max_timesteps is None:
-            max_timesteps = int(inputs.timesteps.max())
-        patches = self.feat_decoder(
-            mu,
-            feats[last],
-            inputs.noise.transpose(1, 2),
-            inputs.temperature,
-            inputs.cfg_value,
-            inputs.timesteps,
-            max_timesteps,
-        )
+        patches = self.feat_decoder(mu, cond, noise.transpose(1, 2), temperature, cfg_value, timesteps, max_timesteps)
         stop = self.stop_head(F.silu(self.stop_proj(lm_h))).argmax(dim=-1) == 1
         return ModelOutputs(patches=patches.float(), stop=stop)

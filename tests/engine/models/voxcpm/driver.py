@@ -9,11 +9,12 @@ many prompt positions to feed (chunked prefill), which is enough to build any mi
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from engine.batch import AttentionMetadata, ModelInputs
+from engine.batch import AttentionMetadata, ModelInputs, ModelOutputs
 from engine.models.voxcpm.model import VoxCPMModel
 from engine.models.voxcpm.prompt import PackedPrompt
 
@@ -40,8 +41,15 @@ class Seq:
 
 
 class Driver:
-    def __init__(self, model: VoxCPMModel, num_blocks: int = 64, block_size: int = 4) -> None:
+    def __init__(
+        self,
+        model: VoxCPMModel,
+        num_blocks: int = 64,
+        block_size: int = 4,
+        forward: Callable[[ModelInputs], ModelOutputs] | None = None,
+    ) -> None:
         self.model = model
+        self.forward = forward or model  # a stand-in for model.forward (e.g. a reference implementation)
         self.block_size = block_size
         model.allocate_kv_cache(num_blocks, block_size)
         # Hand out blocks in a scrambled order so that block tables are not contiguous.
@@ -121,7 +129,7 @@ class Driver:
             setattr(inputs, name, getattr(inputs, name).to(device))
         for name in ("cu_seqlens_q", "seq_lens", "slot_mapping", "block_tables"):
             setattr(attn, name, getattr(attn, name).to(device))
-        out = model(inputs)
+        out = self.forward(inputs)
         for i, seq in enumerate(seqs):
             if finishing[i]:
                 seq.patches.append(out.patches[i].cpu())

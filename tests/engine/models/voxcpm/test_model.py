@@ -28,6 +28,7 @@ from engine.models.voxcpm.checkpoint import LoadedVoxCPM
 from engine.params import Prompt
 from tests.engine.models.voxcpm.driver import Driver, Seq
 from tests.engine.models.voxcpm.reference import load_reference, reference_models
+from tests.engine.models.voxcpm.single_forward import single_forward
 
 NUM_PATCHES = 8
 REL_TOL = 2e-5
@@ -258,3 +259,38 @@ def test_per_row_timesteps_match_single_runs(tiny_checkpoint: Callable[..., Path
         error = relative_error(torch.stack(seqs[i].patches), torch.stack(single.patches))
         assert error <= 1e-5, f"row {i} (n={n}): {error:.2e}"
     assert np.isfinite(torch.stack([s.patches[-1] for s in seqs]).numpy()).all()
+
+
+@pytest.mark.parametrize(("variant", "dtype"), [("voxcpm2", torch.float32), ("voxcpm-0.5b", torch.bfloat16)])
+def test_split_forward_equals_the_single_forward(
+    tiny_checkpoint: Callable[..., Path], variant: str, dtype: torch.dtype
+) -> None:
+    """forward = backbone then generate gives the same bits as the step written as one function, over steps
+    that mix whole and chunked prefill with decode and rows with different settings (v2: concatenated mu;
+    v1: summed mu)."""
+    loaded = load_voxcpm(tiny_checkpoint(variant), "cpu", dtype)
+    config = loaded.config
+    gen = torch.Generator().manual_seed(11)
+    latents = torch.randn(4, config.patch_size, config.feat_dim, generator=gen).numpy()
+    noise = torch.randn(3, NUM_PATCHES, config.feat_dim, config.patch_size, generator=gen)
+    prompts = [Prompt(), Prompt(text=PROMPT_TEXT, latents=latents), Prompt(text="hi")]
+    settings = [(10, 2.0, 1.0), (4, 1.5, 0.7), (25, 3.0, 1.2)]
+
+    def run(forward: Callable | None) -> list[Seq]:
+        seqs = [
+            Seq(build_prompt(TEXT, prompt, loaded.tokenizer, config), noise[i], cfg_value=c, temperature=t, timesteps=n)
+            for i, (prompt, (n, c, t)) in enumerate(zip(prompts, settings, strict=True))
+        ]
+        driver = Driver(loaded.model, forward=forward)
+        driver.step(seqs[:1])
+        driver.step(seqs[:2], chunk={1: 5})  # decode + chunked prefill
+        driver.step(seqs)
+        for _ in range(3):
+            driver.step(seqs)
+        return seqs
+
+    split, single = run(None), run(lambda inputs: single_forward(loaded.model, inputs))
+    for a, b in zip(split, single, strict=True):
+        assert len(a.patches) == len(b.patches) > 0
+        assert torch.equal(torch.stack(a.patches), torch.stack(b.patches))
+        assert a.stops == b.stops
