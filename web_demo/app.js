@@ -479,7 +479,7 @@ function showProgress(feeder) {
 function setCaption(text, ctx, segment) {
   const caption = $("caption");
   if (text === null || text === undefined) {
-    caption.innerHTML = '<span class="placeholder">Captions of the segment being spoken appear here.</span>';
+    caption.innerHTML = '<span class="caption-hint">Captions of the segment being spoken appear here.</span>';
     return;
   }
   caption.replaceChildren();
