@@ -3,8 +3,8 @@
     python benchmarks/profile_step.py --model CKPT --batch 1 64 256
 
 Keys (milliseconds, medians):
-- admit_first / admit: wall time of the step(s) admitting B requests at once (eager prefill of every prompt,
-  first time and again); this is what TTFB pays under a burst.
+- admit_first / admit: wall time of the step(s) admitting B requests at once (eager backbone over every prompt, graphed
+  tail; first time and again); this is what TTFB pays under a burst.
 - engine_step: EngineCore.step() wall time in steady state (scheduling, graph replay, D2H, chunk building).
 - step_graph: the decode step's graph replay (GPU time), fused kernels; `*_twin`: the same with the torch twins.
 - step_eager: the same step run eagerly (wall time, synchronised): what the engine did before graphs.

@@ -81,12 +81,13 @@ class AsyncEngine:
     # lifecycle
 
     async def start(self) -> None:
-        """Warm up (one short generation, off the event loop), then start the engine thread."""
+        """Start the engine thread; returns once it has warmed up (one short generation) and serves."""
         if self._thread is not None:
             return
-        await asyncio.to_thread(self._warm_up)
-        self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+        warm: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._loop, args=(warm,), name="engine", daemon=True)
         self._thread.start()
+        await asyncio.wrap_future(warm)
 
     def _warm_up(self) -> None:
         request = GenerationRequest(text="Warm up.", params=GenerationParams(seed=0, max_patches=2))
@@ -120,8 +121,9 @@ class AsyncEngine:
         try:
             while not done:
                 item = await stream.queue.get()
-                if stream.taken():
-                    self._submit(("resume", request.request_id))
+                if stream.taken() and isinstance(item, AudioChunk) and item.finish_reason is None:
+                    with contextlib.suppress(EngineError):  # the engine is gone: its error is on the way
+                        self._submit(("resume", request.request_id))
                 if item is None:  # cancelled through cancel()
                     done = True
                     return
@@ -157,9 +159,13 @@ class AsyncEngine:
             self._commands.append(command)
             self._cond.notify()
 
-    def _loop(self) -> None:
+    def _loop(self, warm: concurrent.futures.Future[None]) -> None:
         error = EngineError("engine closed")
         try:
+            # Warm up on this thread: per-thread caches (cuBLAS handles, cuDNN plans) must be warm where steps run.
+            self._warm_up()
+            if warm.set_running_or_notify_cancel():  # False: start() was cancelled, nobody waits
+                warm.set_result(None)
             while self._wait_for_work():
                 self._run_commands()
                 if self.core.has_work():
@@ -171,6 +177,8 @@ class AsyncEngine:
         except BaseException as exc:
             logger.exception("engine loop crashed")
             error = EngineError(f"engine loop crashed: {exc!r}")
+        if not warm.done() and warm.set_running_or_notify_cancel():  # failed while warming up
+            warm.set_exception(error)
         self._shut_down(error)
 
     def _wait_for_work(self) -> bool:
@@ -203,6 +211,8 @@ class AsyncEngine:
                 self.core.resume(*args)
             elif kind == "encode":
                 wav, padding, future = args
+                if not future.set_running_or_notify_cancel():  # the caller stopped waiting
+                    continue
                 try:
                     future.set_result(self.core.encode_audio(wav, padding))
                 except Exception as exc:
@@ -247,7 +257,7 @@ class AsyncEngine:
         for kind, *args in commands:
             if kind == "add":
                 self._put(args[0].request_id, args[1], EngineError(str(error)))
-            elif kind == "encode":
+            elif kind == "encode" and args[2].set_running_or_notify_cancel():
                 args[2].set_exception(EngineError(str(error)))
         for request_id, stream in list(self._streams.items()):
             self._put(request_id, stream, EngineError(str(error)))

@@ -26,7 +26,7 @@ class AttentionMetadata:
     max_seqlen_q: int
     max_seqlen_k: int
     slot_mapping: torch.Tensor  # int64 [N], flat KV slot (block_id * block_size + offset) per new position
-    block_tables: torch.Tensor  # int32 [B, max_blocks], padded with -1... rows are read up to seq_lens
+    block_tables: torch.Tensor  # int32 [B, max_blocks], padded with a scratch block; read up to seq_lens
     decode_only: bool  # every sequence has exactly one new position
 
 

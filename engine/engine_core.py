@@ -91,8 +91,11 @@ class EngineCore:
         except Exception as exc:
             self._fail()
             raise EngineError(f"engine step failed: {exc!r}") from exc
+        # Callers keep latents for a while (continuation prompts): a copy, so that they do not pin the step's
+        # whole host buffer (pinned memory on CUDA). Samples stay views: they are consumed right away.
+        latents = result.latents.copy()
         chunks = [
-            AudioChunk(seq.request_id, seq.num_generated - 1, result.samples[i], result.latents[i], seq.finish_reason)
+            AudioChunk(seq.request_id, seq.num_generated - 1, result.samples[i], latents[i], seq.finish_reason)
             for i, seq in enumerate(batch)
         ]
         self._record(len(batch), time.perf_counter() - start)

@@ -34,7 +34,7 @@ class Sequence:
     params: GenerationParams
     seed: int  # the noise seed: params.seed, or one drawn at submission
     num_target_tokens: int  # target text tokens, for the reference's length cap
-    max_patches: int = 0  # set by the scheduler at admission time (Scheduler.add)
+    max_patches: int = 0  # set by the scheduler when the request is added (Scheduler.add)
     status: SequenceStatus = SequenceStatus.WAITING
     block_table: list[int] = field(default_factory=list)
     slot: int = -1  # index of the per-request device state (fed-back patch, VAE state, noise counter)

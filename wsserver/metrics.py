@@ -92,7 +92,7 @@ class ServerMetrics:
         family(
             "ttsws_contexts_total",
             "counter",
-            "Contexts ended, by outcome (done, cancelled, error).",
+            "Contexts ended, by outcome (done, cancelled, failed).",
             [f"ttsws_contexts_total{_labels({'outcome': o})} {n}" for o, n in sorted(self.contexts.items())],
         )
         for name, value in sorted(self.gauges.items()):

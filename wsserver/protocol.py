@@ -495,6 +495,8 @@ class Session:
             handle = self._counters.next_handle
             self._counters.next_handle = (handle + 1) % 65536
             if handle not in self._handles:
+                # A reused handle starts with no frame taken: the fence must not see a former context's seq.
+                self.outbox.forget(handle)
                 return handle
 
     def _context(self, ctx: str) -> Context:
@@ -578,7 +580,6 @@ class Session:
         del self.contexts[context.id]
         self._handles.discard(context.handle)
         self._counters.ended.add(context.id)
-        self.outbox.forget(context.handle)
         self.metrics.contexts[context.state.value] += 1
         if self.draining and not self.contexts and not self.closed:
             self._close(CloseCode.DRAINING, "server shutting down", after_output=True)

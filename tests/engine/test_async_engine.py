@@ -138,6 +138,41 @@ async def test_encode_audio_runs_on_the_engine(engine):
         await asyncio.wait_for(engine.encode_audio(wav, padding="middle"), TIMEOUT)
 
 
+async def test_a_cancelled_encode_leaves_the_engine_serving(engine, monkeypatch):
+    """A caller that stops waiting for encode_audio must not crash the engine thread when its result lands."""
+    started, release = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+    encode = engine.core.encode_audio
+
+    def slow_encode(wav, padding):
+        loop.call_soon_threadsafe(started.set)
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(TIMEOUT)
+        return encode(wav, padding)
+
+    monkeypatch.setattr(engine.core, "encode_audio", slow_encode)
+    task = asyncio.create_task(engine.encode_audio(np.zeros(2560, dtype=np.float32)))
+    await asyncio.wait_for(started.wait(), TIMEOUT)
+    task.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    chunks = await asyncio.wait_for(collect(engine, request("after")), TIMEOUT)
+    assert chunks[-1].finish_reason is FinishReason.LENGTH and engine.stats().healthy
+
+
+async def test_a_paused_reader_gets_its_chunks_and_the_error_after_close(checkpoint):
+    """Reading a paused request's buffered chunks after close() resumes nothing and raises the close error,
+    not a "not running" error from the resume."""
+    engine = AsyncEngine(engine_config(checkpoint, max_buffered_chunks=2))
+    await engine.start()
+    stream = engine.generate(request("lagging", max_patches=12))
+    await asyncio.wait_for(anext(stream), TIMEOUT)
+    await wait_for(lambda: engine.stats().paused == 1)
+    await asyncio.wait_for(engine.close(), TIMEOUT)
+    with pytest.raises(EngineError, match="closed"):
+        await asyncio.wait_for(collect_rest(stream), TIMEOUT)
+
+
 async def test_engine_failure_fails_open_requests(engine, monkeypatch):
     stream = engine.generate(request("a", max_patches=12))
     await asyncio.wait_for(anext(stream), TIMEOUT)

@@ -1,8 +1,9 @@
 """CUDA graphs of decode steps and prefill tails: bucket choice (CPU) and graphed == eager on the GPU (marker `gpu`).
 
 Graphed == eager bit for bit wherever the graph runs the eager step's kernels on the same shapes, i.e. when the
-batch is a bucket size (a padded batch may pick other GEMM tiles). Eager steps on CUDA keep cuDNN for the step's
-VAE decode, as the graphs do, so the audio is compared bit for bit too."""
+batch is a bucket size (a padded batch may pick other GEMM tiles). Under enforce_eager the steps keep cuDNN for
+their VAE decode, as the graphs do, so the audio is compared bit for bit too; a step without a graph in a graphed
+engine decodes with native convolutions, so there only latents compare bit for bit."""
 
 from __future__ import annotations
 

@@ -91,6 +91,27 @@ def test_cancel_fence_drops_frames_not_yet_sent() -> None:
     assert drain(session) == []
 
 
+def test_a_reused_handle_does_not_inherit_the_fence_of_its_former_context() -> None:
+    session = make_session()
+    drain(session)
+    send(session, type="context.create", ctx="a", text="Hello there. ")
+    send(session, type="context.end", ctx="a")
+    [run] = session.actions()
+    assert isinstance(run, RunSegment)
+    session.segment_admitted("a", 0.1)
+    session.segment_audio("a", PATCH, 0.2)
+    session.segment_finished("a", 0.3)
+    [done] = messages(drain(session), "context.done")
+    assert done["last_seq"] == 7
+    session._counters.next_handle = 0  # as after 65536 handles: the next context gets handle 0 again
+    send(session, type="context.create", ctx="b", text="More. ")
+    [created] = messages(drain(session), "context.created")
+    assert created["handle"] == 0
+    send(session, type="context.cancel", ctx="b")
+    [cancelled] = messages(drain(session), "context.cancelled")
+    assert cancelled["last_seq"] == -1  # no frame of "b" was sent
+
+
 def test_cancel_unknown_context_is_not_an_error() -> None:
     session = make_session()
     drain(session)

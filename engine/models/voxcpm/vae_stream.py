@@ -25,7 +25,8 @@ from engine.models.voxcpm.audio_vae import AudioVAE, StreamState
 
 class StreamingVAEDecoder:
     """Per-slot streaming decode. ``slots`` within one call must be distinct (``index_copy_`` of duplicates is
-    undefined); the caller calls ``reset`` on admission and on release of a slot."""
+    undefined), except for a scratch slot whose state nobody reads (padded graph rows); the caller calls
+    ``reset`` when a slot is handed to a new request."""
 
     def __init__(
         self, vae: AudioVAE, max_slots: int, device: torch.device | str, dtype: torch.dtype = torch.float32
