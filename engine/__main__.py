@@ -15,10 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import AsyncEngine, EngineConfig, GenerationParams, GenerationRequest
-from engine.models.voxcpm.make_checkpoint import make_checkpoint
-
-DEMO_VARIANT = "voxcpm2"
-DEMO_CHECKPOINT = Path(".cache") / f"demo-{DEMO_VARIANT}-tiny"
+from engine.models.voxcpm.make_checkpoint import demo_checkpoint
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,16 +32,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def demo_checkpoint() -> str:
-    if not (DEMO_CHECKPOINT / "config.json").is_file():
-        make_checkpoint(DEMO_VARIANT, "tiny", DEMO_CHECKPOINT)
+def demo_model() -> str:
+    path = demo_checkpoint()
     banner = "#" * 78
     print(
         f"{banner}\n# WARNING: no --model given. Using a TINY RANDOM demo checkpoint: the output is\n"
         f"# NOISE, NOT SPEECH. Pass --model DIR_OR_REPO for a real VoxCPM model.\n{banner}",
         file=sys.stderr,
     )
-    return str(DEMO_CHECKPOINT)
+    return str(path)
 
 
 def write_wav(path: Path, samples: np.ndarray, sample_rate: int) -> None:
@@ -57,7 +53,7 @@ def write_wav(path: Path, samples: np.ndarray, sample_rate: int) -> None:
 
 
 async def synthesize(args: argparse.Namespace) -> None:
-    engine = AsyncEngine(EngineConfig(model=args.model or demo_checkpoint(), device=args.device, max_num_seqs=1))
+    engine = AsyncEngine(EngineConfig(model=args.model or demo_model(), device=args.device, max_num_seqs=1))
     await engine.start()
     params = GenerationParams(
         cfg_value=args.cfg_value,

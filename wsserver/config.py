@@ -17,7 +17,6 @@ from wsserver.protocol import Limits
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEMO_CHECKPOINT = REPO_ROOT / ".cache" / "demo-voxcpm2-tiny"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +103,8 @@ def resolve_model(config: ServerConfig) -> str:
     """The checkpoint to load: the configured one, or the tiny demo checkpoint (generated once, offline)."""
     if config.model:
         return config.model
+    from engine.models.voxcpm.make_checkpoint import DEMO_CHECKPOINT, demo_checkpoint
+
     logger.warning(
         "\n%s\nNO --model GIVEN: serving a TINY RANDOM DEMO CHECKPOINT (%s).\n"
         "It exercises the protocol end to end but makes NOISE, NOT SPEECH.\n"
@@ -112,8 +113,4 @@ def resolve_model(config: ServerConfig) -> str:
         DEMO_CHECKPOINT,
         "!" * 78,
     )
-    if not (DEMO_CHECKPOINT / "config.json").exists():
-        from engine.models.voxcpm.make_checkpoint import make_checkpoint
-
-        make_checkpoint("voxcpm2", "tiny", DEMO_CHECKPOINT)
-    return str(DEMO_CHECKPOINT)
+    return str(demo_checkpoint())

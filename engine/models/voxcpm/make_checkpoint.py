@@ -252,6 +252,17 @@ def write_tokenizer(out: Path, vocab_size: int) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
 
 
+# The offline demo checkpoint that `python -m engine` and `python -m wsserver` fall back to without --model.
+DEMO_CHECKPOINT = Path(__file__).resolve().parents[3] / ".cache" / "demo-voxcpm2-tiny"
+
+
+def demo_checkpoint() -> Path:
+    """The tiny random VoxCPM2 demo checkpoint, generated on first use (offline). It makes noise, not speech."""
+    if not (DEMO_CHECKPOINT / "config.json").is_file():
+        make_checkpoint("voxcpm2", "tiny", DEMO_CHECKPOINT)
+    return DEMO_CHECKPOINT
+
+
 def make_checkpoint(variant: str, size: str, out: str | Path, seed: int = 0, no_stop: bool = False) -> Path:
     """Write a checkpoint directory and return its path."""
     out = Path(out)
