@@ -11,7 +11,9 @@ Keys (milliseconds, medians):
 - cfm / vae / locdit_call: graphs of the CFM loop, the streaming VAE decode and one LocDiT estimator call
   at this batch; backbone = step_graph - cfm - vae (LocEnc, both LMs, FSQ, projections, stop head).
 - host = engine_step - step_graph: the host's share of a step (the GPU idles during it).
-- kernels_eager: GPU kernel time of one eager step by kind (torch.profiler), fused kernels on.
+- kernels_admit: the same for one admission of B requests (prefill step(s) until all decode).
+- kernels_eager: GPU kernel time of one eager step by kind (torch.profiler), fused kernels on; with --top N
+  also the N kernels with the most time (`top_ms`).
 """
 
 from __future__ import annotations
@@ -63,11 +65,11 @@ def wall_ms(fn: Callable[[], object], iters: int = 3) -> float:
     return statistics.median(times)
 
 
-def kernel_breakdown(fn: Callable[[], object]) -> dict[str, float]:
+def kernel_breakdown(fn: Callable[[], object], top: int) -> dict[str, object]:
     kinds = {
+        "attention": ("flash", "fmha", "_dense_attention_kernel"),  # before gemm: flash-attn names say "cutlass"
         "gemm": ("gemm", "cutlass", "xmma", "nvjet", "cublas"),
-        "attention": ("flash", "fmha", "attention"),
-        "fused_triton": ("_rms_norm_kernel", "_rope_kernel", "_silu_mul_kernel", "_snake_kernel"),
+        "fused_triton": ("_rms_norm_kernel", "_rope_kernel", "_silu_mul_kernel", "_snake_kernel", "_dwconv_snake"),
         "conv": ("conv", "cudnn", "implicit", "winograd", "fft"),
     }
     fn()
@@ -75,6 +77,7 @@ def kernel_breakdown(fn: Callable[[], object]) -> dict[str, float]:
         fn()
         torch.cuda.synchronize()
     totals: dict[str, float] = {}
+    by_name: dict[str, float] = {}
     count = 0
     for event in prof.events():
         if event.device_type != torch.autograd.DeviceType.CUDA:
@@ -82,24 +85,41 @@ def kernel_breakdown(fn: Callable[[], object]) -> dict[str, float]:
         name = event.name.lower()
         kind = next((k for k, keys in kinds.items() if any(key in name for key in keys)), "other")
         totals[kind] = totals.get(kind, 0.0) + event.device_time / 1e3
+        by_name[event.name[:90]] = by_name.get(event.name[:90], 0.0) + event.device_time / 1e3
         count += 1
-    return {"launches": count, **{k: round(v, 2) for k, v in sorted(totals.items())}}
+    heaviest = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+    return {
+        "launches": count,
+        **{k: round(v, 2) for k, v in sorted(totals.items())},
+        "top_ms": {name: round(ms, 2) for name, ms in heaviest},
+    }
 
 
-def profile(core: EngineCore, batch: int, steps: int) -> dict[str, object]:
+def profile(core: EngineCore, batch: int, steps: int, top: int) -> dict[str, object]:
     runner = core.runner
     params = GenerationParams(seed=1, max_patches=steps + 4, min_patches=steps + 4)
-    admit_times = []
-    for attempt in range(2):  # the first admission of this size may pay one-time costs; the second is steady
-        for i in range(batch):
-            core.add_request(GenerationRequest(text=TEXT, params=params, request_id=f"p{batch}-{attempt}-{i}"))
+    tag = iter(range(10**6))
+
+    def admit() -> float:
+        """Admit `batch` requests at once; wall ms until every one of them decodes."""
+        for _ in range(batch):
+            core.add_request(GenerationRequest(text=TEXT, params=params, request_id=f"p{batch}-{next(tag)}"))
         t0 = time.perf_counter()
         while core.scheduler.waiting or any(seq.is_prefill for seq in core.scheduler.running):
             core.step()  # admissions (prefill) until every request decodes
-        admit_times.append(round(1e3 * (time.perf_counter() - t0), 2))
-        if attempt == 0:
-            for seq in list(core.scheduler.running):
-                core.abort(seq.request_id)
+        return round(1e3 * (time.perf_counter() - t0), 2)
+
+    def abort_all() -> None:
+        for seq in list(core.scheduler.running):
+            core.abort(seq.request_id)
+
+    # The first admission of this size may pay one-time costs; the second is steady; the third is profiled.
+    admit_times = [admit()]
+    abort_all()
+    admit_times.append(admit())
+    abort_all()
+    admit_kernels = kernel_breakdown(lambda: (admit(), abort_all()), top)
+    admit()
     step_times = []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -151,7 +171,8 @@ def profile(core: EngineCore, batch: int, steps: int) -> dict[str, object]:
     with kernels.fused_enabled(False):
         line["step_eager_twin"] = round(wall_ms(step), 2)
     line["step_eager"] = round(wall_ms(step), 2)
-    line["kernels_eager"] = kernel_breakdown(step)
+    line["kernels_eager"] = kernel_breakdown(step, top)
+    line["kernels_admit"] = admit_kernels
     for seq in seqs:
         core.abort(seq.request_id)
     return line
@@ -164,7 +185,7 @@ def main(args: argparse.Namespace) -> None:
     core = EngineCore(config)
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "startup_s": round(time.perf_counter() - t0, 1)}))
     for batch in args.batch:
-        print(json.dumps(profile(core, batch, args.steps)), flush=True)
+        print(json.dumps(profile(core, batch, args.steps, args.top)), flush=True)
 
 
 if __name__ == "__main__":
@@ -172,4 +193,5 @@ if __name__ == "__main__":
     p.add_argument("--model", required=True)
     p.add_argument("--batch", type=int, nargs="+", default=[1, 64, 256])
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--top", type=int, default=0, help="list the N kernels with the most GPU time (eager step)")
     main(p.parse_args())

@@ -74,6 +74,7 @@ class AsyncEngine:
         self._commands: list[tuple[Any, ...]] = []  # guarded by _cond
         self._stopping = False  # guarded by _cond
         self._dead = False  # guarded by _cond: the engine thread has exited, commands are refused
+        self._last_add = 0.0  # guarded by _cond: time.monotonic() of the newest "add" command
         self._streams: dict[str, _Stream] = {}  # engine thread only
         self._stats: EngineStats = self.core.stats()  # replaced (never mutated) by the engine thread
         self._thread: threading.Thread | None = None
@@ -157,6 +158,8 @@ class AsyncEngine:
             if self._dead or self._stopping:
                 raise EngineError("the engine is not running")
             self._commands.append(command)
+            if command[0] == "add":
+                self._last_add = time.monotonic()
             self._cond.notify()
 
     def _loop(self, warm: concurrent.futures.Future[None]) -> None:
@@ -182,16 +185,21 @@ class AsyncEngine:
         self._shut_down(error)
 
     def _wait_for_work(self) -> bool:
-        """Block while idle. The first arrival after idling opens a `coalesce_ms` window so that a burst of
-        requests lands in one prefill; while busy, arrivals join at the next step boundary. False: stop."""
+        """Block while idle. After idling, an arrival waits for the rest of its burst (until `coalesce_ms` pass
+        without another, at most `coalesce_max_ms`) so that the burst lands in one prefill; a burst enters at the
+        pace its senders tokenize, and a fixed window would cut it. While busy, arrivals join at the next step
+        boundary. False: stop."""
         with self._cond:
             if self.core.has_work():
                 return not self._stopping
             while not self._commands and not self._stopping:
                 self._cond.wait()
             if any(command[0] == "add" for command in self._commands):
-                deadline = time.monotonic() + self.config.coalesce_ms / 1e3
-                while not self._stopping and (remaining := deadline - time.monotonic()) > 0:
+                cap = time.monotonic() + self.config.coalesce_max_ms / 1e3
+                while not self._stopping:
+                    deadline = min(self._last_add + self.config.coalesce_ms / 1e3, cap)
+                    if (remaining := deadline - time.monotonic()) <= 0:
+                        break
                     self._cond.wait(remaining)
             return not self._stopping
 

@@ -16,7 +16,10 @@ class EngineConfig:
     num_kv_blocks: int | None = None  # None: sized from max_num_seqs and max_model_len
     max_prefill_tokens: int = 8192  # prompt positions admitted per step
     max_patches: int = 2000  # absolute cap on generated patches per request
-    coalesce_ms: float = 3.0  # when idle, wait this long after the first arrival to batch a burst
+    # When idle, the first arrival waits for the rest of its burst: admission starts once no request arrived for
+    # coalesce_ms, and at most coalesce_max_ms after that first arrival.
+    coalesce_ms: float = 1.0
+    coalesce_max_ms: float = 20.0
     max_buffered_chunks: int = 32  # a request whose consumer lags this far is paused (no engine work)
     attention_backend: str = "auto"  # auto | flash_attn | sdpa | torch
     enforce_eager: bool = False  # no CUDA graphs
@@ -27,6 +30,6 @@ class EngineConfig:
         assert self.kv_block_size >= 1
         assert self.max_prefill_tokens >= 1
         assert self.max_patches >= 1
-        assert self.coalesce_ms >= 0
+        assert 0 <= self.coalesce_ms <= self.coalesce_max_ms
         assert self.max_buffered_chunks >= 1
         assert self.attention_backend in ("auto", "flash_attn", "sdpa", "torch")

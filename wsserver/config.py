@@ -29,7 +29,7 @@ class ServerConfig:
     max_connections: int = 256
     max_num_seqs: int = 64  # engine slots: segments generating at once; more wait in the server's FIFO
     max_patches: int = 2000  # absolute cap on patches per segment
-    coalesce_ms: float = 3.0  # engine queue-coalescing window when idle
+    coalesce_ms: float = 1.0  # idle engine: admit a burst once no request arrived for this long (EngineConfig)
     carry_s: float = 3.0  # audio carried from one segment to the next for voice continuity
     voices_dir: Path | None = None
     static_dir: Path = REPO_ROOT / "web_demo"
@@ -60,7 +60,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("max-connections", int, defaults.max_connections, "WebSocket sessions; more get HTTP 503")
     option("max-num-seqs", int, defaults.max_num_seqs, "engine slots (segments generating at once)")
     option("max-patches", int, defaults.max_patches, "cap on generated patches per segment")
-    option("coalesce-ms", float, defaults.coalesce_ms, "engine batching window when idle")
+    option("coalesce-ms", float, defaults.coalesce_ms, "idle engine: admit a burst once nothing arrived for this long")
     option("carry-s", float, defaults.carry_s, "seconds of audio carried between segments of a context")
     option("voices-dir", Path, defaults.voices_dir, "NAME.wav + NAME.txt prompt voices")
     option("static-dir", Path, defaults.static_dir, "files served at /")

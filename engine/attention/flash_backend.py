@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine import kernels
 from engine.attention.torch_backend import TorchAttention, write_kv
 from engine.batch import AttentionMetadata
 
@@ -71,6 +72,7 @@ class FlashAttention:
         )
 
     def dense(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-        if not _supported(q):
+        # Rows of a few tokens (LocDiT, LocEnc) waste flash-attn's 128-wide tiles: the tiny-row kernel instead.
+        if not _supported(q) or q.shape[1] <= kernels.MAX_TINY_SEQ:
             return self._fallback.dense(q, k, v, scale)
         return self._func(q, k, v, softmax_scale=scale, causal=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine import kernels
 from engine.batch import AttentionMetadata
 
 
@@ -98,5 +99,8 @@ class TorchAttention:
         return out[seq_of, n - cu[seq_of]]
 
     def dense(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-        """Bidirectional attention within each row: q [B, S, H, D], k/v [B, S, Hkv, D]."""
+        """Bidirectional attention within each row: q [B, S, H, D], k/v [B, S, Hkv, D]. `sdpa` dispatches through
+        engine.kernels (a fused kernel for tiny rows on CUDA, SDPA otherwise)."""
+        if self.kernel == "sdpa":
+            return kernels.dense_attention(q, k, v, scale)
         return _attend(q, k, v, None, scale, self.kernel)

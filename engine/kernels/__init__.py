@@ -1,10 +1,17 @@
-"""Fused elementwise kernels (Triton, CUDA only) and their plain-torch twins, behind one dispatch per op.
+"""Fused kernels (Triton, CUDA only) and their plain-torch twins, behind one dispatch per op.
 
 Why: at batch, a LocDiT layer is ~40 kernel launches of which only 4 are GEMMs; the rest (fp32 RMSNorm, RoPE,
 SiLU*mul, residual adds) each make a full pass over [2 * B * S, hidden] activations, and the VAE's Snake makes
 five passes over its largest tensors. Each fused kernel does one pass and keeps the twin's rounding points
 (fp32 math, one rounding to the model dtype where the twin rounds), so outputs agree with the twin to the last
 bf16 ulp or so (tests/engine/kernels compare them on the GPU).
+
+Two more replace library kernels that the profile showed are badly matched to our shapes (H200, B=256 step):
+- `dense_attention`: LocDiT/LocEnc rows are 5-11 tokens; flash-attn's 128x128 tiles spent 18 ms of a 97 ms
+  step on them. The Triton kernel holds one row's keys in one 16-wide tile.
+- `causal_conv_snake`: the VAE's depthwise dilated conv reads its causal context in place (no `cat`) and
+  applies the following Snake in its epilogue; PyTorch's generic depthwise kernel plus the `cat` and the
+  separate Snake took ~17 ms.
 
 The twins are the reference numerics (voxcpm `modules/minicpm4/model.py`, `audio_vae*.py`) and are what CPU
 runs and parity tests execute. `fused_enabled(False)` forces the twins on CUDA too (profiling, A/B checks).
@@ -20,6 +27,9 @@ import torch
 import torch.nn.functional as F
 
 _TRITON = importlib.util.find_spec("triton") is not None
+# dense_attention's fused kernel holds a row's keys in one tile of at most this many positions (16 is tl.dot's
+# smallest); the released local stacks have 5-11. Longer rows take the twin.
+MAX_TINY_SEQ = 32
 _enabled = True  # owned here; flipped only through fused_enabled()
 
 
@@ -62,6 +72,30 @@ def silu_mul_torch(gate_up: torch.Tensor) -> torch.Tensor:
 def snake_torch(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """x + sin²(αx)/α with the reference's 1e-9 guard; x [B, C, L], alpha [1, C, 1]."""
     return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
+
+
+def dense_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Bidirectional attention within each row: q [B, S, H, D], k/v [B, S, Hkv, D] -> [B, S, H, D]."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale, enable_gqa=True
+    )
+    return out.transpose(1, 2)
+
+
+def causal_conv_snake_torch(
+    x: torch.Tensor,
+    context: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    dilation: int,
+    alpha: torch.Tensor,
+) -> torch.Tensor:
+    """snake(conv1d(cat(context, x))): a causal conv whose left context [B, C, (K-1)*dilation] comes from the
+    caller (zeros offline, the previous call's frames when streaming), then Snake. x [B, C, L]; weight
+    [Cout, C/groups, K]."""
+    groups = x.shape[1] // weight.shape[1]
+    y = F.conv1d(torch.cat((context, x), dim=-1), weight, bias, dilation=dilation, groups=groups)
+    return snake_torch(y, alpha)
 
 
 # -- dispatch ----------------------------------------------------------------------------------------------------
@@ -115,3 +149,28 @@ def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
 
         return triton_ops.snake(x, alpha)
     return snake_torch(x, alpha)
+
+
+def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Bidirectional attention within each row of a local stack (see dense_attention_torch)."""
+    if _fused(q):
+        from engine.kernels import triton_ops
+
+        return triton_ops.dense_attention(q, k, v, scale)
+    return dense_attention_torch(q, k, v, scale)
+
+
+def causal_conv_snake(
+    x: torch.Tensor,
+    context: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    dilation: int,
+    alpha: torch.Tensor,
+) -> torch.Tensor:
+    """See causal_conv_snake_torch; fused for depthwise convs."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.causal_conv_snake(x, context, weight, bias, dilation, alpha)
+    return causal_conv_snake_torch(x, context, weight, bias, dilation, alpha)

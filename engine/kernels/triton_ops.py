@@ -9,7 +9,15 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from engine.kernels import rms_norm_torch, rope_torch, silu_mul_torch, snake_torch
+from engine.kernels import (
+    MAX_TINY_SEQ,
+    causal_conv_snake_torch,
+    dense_attention_torch,
+    rms_norm_torch,
+    rope_torch,
+    silu_mul_torch,
+    snake_torch,
+)
 
 
 def _warps(block: int) -> int:
@@ -171,27 +179,155 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
-# -- Snake (AudioVAE activation) ---------------------------------------------------------------------------------
+# -- Snake (AudioVAE activation) and the depthwise causal conv it follows -------------------------------------
 
 
-@triton.jit(do_not_specialize=["numel", "length", "channels"])  # see _rope_kernel
-def _snake_kernel(x_ptr, alpha_ptr, out_ptr, numel, length, channels, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < numel
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    alpha = tl.load(alpha_ptr + (offs // length) % channels, mask=mask, other=1.0).to(tl.float32)
-    s = libdevice.sin(alpha * x)
-    tl.store(out_ptr + offs, (x + s * s / (alpha + 1e-9)).to(out_ptr.dtype.element_ty), mask=mask)
+@triton.jit
+def _snake(y, alpha):
+    """fp32 Snake of fp32 y: y + sin²(αy)/α with the reference's 1e-9 guard."""
+    s = libdevice.sin(alpha * y)
+    return y + s * s / (alpha + 1e-9)
+
+
+# One program per (batch row, channel) and block of time: the channel's alpha is one scalar load, and rows may be
+# strided (a conv-transpose output sliced in time). Shapes and strides change with the batch and the streaming
+# window, so none is specialised on (see _rope_kernel).
+@triton.jit(do_not_specialize=["length", "channels", "x_sb", "x_sc"])
+def _snake_kernel(x_ptr, alpha_ptr, out_ptr, length, channels, x_sb, x_sc, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    b, c = (row // channels).to(tl.int64), row % channels
+    t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = t < length
+    x = tl.load(x_ptr + b * x_sb + c * x_sc + t, mask=mask, other=0.0).to(tl.float32)
+    alpha = tl.load(alpha_ptr + c).to(tl.float32)
+    tl.store(out_ptr + row.to(tl.int64) * length + t, _snake(x, alpha).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _time_block(length: int) -> int:
+    return max(128, min(1024, triton.next_power_of_2(length)))
 
 
 def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    if not (x.dim() == 3 and x.is_contiguous() and alpha.numel() == x.shape[1] and alpha.dtype == x.dtype):
+    if not (x.dim() == 3 and x.stride(-1) == 1 and alpha.numel() == x.shape[1] and alpha.dtype == x.dtype):
         return snake_torch(x, alpha)
-    out = torch.empty_like(x)
-    numel = x.numel()
-    if numel:
-        block = 1024
-        _snake_kernel[(triton.cdiv(numel, block),)](
-            x, alpha.contiguous(), out, numel, x.shape[2], x.shape[1], BLOCK=block, num_warps=4
+    batch, channels, length = x.shape
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        block = _time_block(length)
+        _snake_kernel[(batch * channels, triton.cdiv(length, block))](
+            x, alpha.contiguous(), out, length, channels, x.stride(0), x.stride(1), BLOCK=block, num_warps=4
         )
+    return out
+
+
+@triton.jit(do_not_specialize=["length", "channels", "x_sb", "x_sc", "c_sb", "c_sc"])
+def _dwconv_snake_kernel(
+    x_ptr, ctx_ptr, w_ptr, bias_ptr, alpha_ptr, out_ptr, length, channels, x_sb, x_sc, c_sb, c_sc,
+    K: tl.constexpr, DIL: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    CTX: tl.constexpr = (K - 1) * DIL
+    row = tl.program_id(0)
+    b, c = (row // channels).to(tl.int64), row % channels
+    t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = t < length
+    x_row = x_ptr + b * x_sb + c * x_sc
+    ctx_row = ctx_ptr + b * c_sb + c * c_sc
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for k in tl.static_range(K):
+        i = t + (k * DIL - CTX)  # input frame of tap k; frames before 0 come from the context
+        xv = tl.load(x_row + i, mask=mask & (i >= 0), other=0.0)
+        cv = tl.load(ctx_row + CTX + i, mask=mask & (i < 0), other=0.0)
+        acc += tl.load(w_ptr + c * K + k).to(tl.float32) * tl.where(i >= 0, xv, cv).to(tl.float32)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + c).to(tl.float32)
+    y = acc.to(out_ptr.dtype.element_ty).to(tl.float32)  # the conv's output rounding, as in the twin
+    alpha = tl.load(alpha_ptr + c).to(tl.float32)
+    tl.store(out_ptr + row.to(tl.int64) * length + t, _snake(y, alpha).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def causal_conv_snake(
+    x: torch.Tensor,
+    context: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    dilation: int,
+    alpha: torch.Tensor,
+) -> torch.Tensor:
+    batch, channels, length = x.shape
+    kernel = weight.shape[-1]
+    ok = (
+        weight.shape == (channels, 1, kernel)  # depthwise
+        and context.shape == (batch, channels, (kernel - 1) * dilation)
+        and x.stride(-1) == 1
+        and context.stride(-1) == 1
+        and alpha.numel() == channels
+        and all(t.dtype == x.dtype for t in (context, weight, alpha, *([bias] if bias is not None else [])))
+    )
+    if not ok:
+        return causal_conv_snake_torch(x, context, weight, bias, dilation, alpha)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        block = _time_block(length)
+        _dwconv_snake_kernel[(batch * channels, triton.cdiv(length, block))](
+            x, context, weight.contiguous(), bias if bias is not None else weight, alpha.contiguous(), out,
+            length, channels, x.stride(0), x.stride(1), context.stride(0), context.stride(1),
+            K=kernel, DIL=dilation, HAS_BIAS=bias is not None, BLOCK=block, num_warps=4,
+        )  # fmt: skip
+    return out
+
+
+# -- Dense attention over tiny rows (LocDiT / LocEnc) ------------------------------------------------------------
+
+
+@triton.jit(do_not_specialize=["q_sb", "q_ss", "k_sb", "k_ss", "v_sb", "v_ss"])
+def _dense_attention_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, scale, q_sb, q_ss, k_sb, k_ss, v_sb, v_ss,
+    S: tl.constexpr, S_P: tl.constexpr, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    """One program per (row, kv head): its G query heads x S positions form one [G*S_P, D] tile against the
+    head's [S_P, D] keys and values; softmax in fp32, P rounded to the input dtype for the PV product (as
+    flash-attn does)."""
+    b = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1)
+    m = tl.arange(0, G * S_P)
+    pos, head = m % S_P, kv_head * G + m // S_P
+    d = tl.arange(0, D)
+    j = tl.arange(0, S_P)
+    q_mask = (pos < S)[:, None]
+    q = tl.load(q_ptr + b * q_sb + pos[:, None] * q_ss + head[:, None] * D + d[None, :], mask=q_mask, other=0.0)
+    kv_mask = (j < S)[:, None]
+    k = tl.load(k_ptr + b * k_sb + j[:, None] * k_ss + kv_head * D + d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + b * v_sb + j[:, None] * v_ss + kv_head * D + d[None, :], mask=kv_mask, other=0.0)
+    scores = tl.dot(q, tl.trans(k)) * scale
+    scores = tl.where((j < S)[None, :], scores, float("-inf"))
+    p = tl.exp(scores - tl.max(scores, axis=1)[:, None])
+    out = tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]
+    o_row = o_ptr + b * (S * H * D)  # the output is a fresh contiguous [B, S, H, D]
+    o_offsets = pos[:, None] * (H * D) + head[:, None] * D + d[None, :]
+    tl.store(o_row + o_offsets, out.to(o_ptr.dtype.element_ty), mask=q_mask)
+
+
+def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    batch, seq, heads, dim = q.shape
+    kv_heads = k.shape[2]
+    group = heads // kv_heads if kv_heads else 0
+    ok = (
+        seq <= MAX_TINY_SEQ
+        and q.dtype in (torch.float16, torch.bfloat16)
+        and k.dtype == q.dtype == v.dtype
+        and k.shape == v.shape == (batch, seq, kv_heads, dim)
+        and group * kv_heads == heads
+        and group == triton.next_power_of_2(group)
+        and 16 <= dim == triton.next_power_of_2(dim)
+        and all(t.stride(-1) == 1 and t.stride(-2) == dim for t in (q, k, v))
+    )
+    if not ok:
+        return dense_attention_torch(q, k, v, scale)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if batch:
+        seq_p = max(16, triton.next_power_of_2(seq))
+        _dense_attention_kernel[(batch, kv_heads)](
+            q, k, v, out, scale, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            S=seq, S_P=seq_p, H=heads, G=group, D=dim, num_warps=4 if group * seq_p * dim <= 128 * 64 else 8,
+        )  # fmt: skip
     return out

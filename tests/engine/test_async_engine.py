@@ -199,7 +199,7 @@ async def test_close_fails_open_requests(checkpoint):
 
 
 async def test_a_burst_is_admitted_in_one_prefill(checkpoint):
-    engine = AsyncEngine(engine_config(checkpoint, coalesce_ms=200.0))
+    engine = AsyncEngine(engine_config(checkpoint, coalesce_ms=200.0, coalesce_max_ms=200.0))
     await engine.start()
     schedule = engine.core.scheduler.schedule
     batches = []
@@ -217,3 +217,42 @@ async def test_a_burst_is_admitted_in_one_prefill(checkpoint):
     finally:
         await engine.close()
     assert batches[0] == 3
+
+
+async def _first_prefills(engine: AsyncEngine, delays: dict[str, float]) -> list[list[str]]:
+    """Send one short request per name after its delay (seconds); the request ids each step admitted."""
+    await engine.start()
+    schedule = engine.core.scheduler.schedule
+    batches: list[list[str]] = []
+
+    def recording_schedule():
+        batch = schedule()
+        batches.append(sorted(seq.request_id for seq in batch if seq.is_prefill))
+        return batch
+
+    engine.core.scheduler.schedule = recording_schedule
+
+    async def late(name: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await collect(engine, request(name, max_patches=2))
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(late(n, d) for n, d in delays.items())), TIMEOUT)
+    finally:
+        await engine.close()
+    return [batch for batch in batches if batch]
+
+
+async def test_the_window_stays_open_while_a_burst_trickles_in(checkpoint):
+    """Arrivals closer together than coalesce_ms keep the window open past coalesce_ms: a burst enters at the pace
+    of its senders (tokenizing on the event loop) and still lands in one prefill."""
+    engine = AsyncEngine(engine_config(checkpoint, coalesce_ms=250.0, coalesce_max_ms=5000.0))
+    batches = await _first_prefills(engine, {"r0": 0.0, "r1": 0.15, "r2": 0.3, "r3": 0.45, "r4": 1.5})
+    assert batches == [["r0", "r1", "r2", "r3"], ["r4"]]
+
+
+async def test_the_window_closes_at_its_cap(checkpoint):
+    """r3 arrives within coalesce_ms of r2 but after coalesce_max_ms: the first prefill does not wait for it."""
+    engine = AsyncEngine(engine_config(checkpoint, coalesce_ms=600.0, coalesce_max_ms=700.0))
+    batches = await _first_prefills(engine, {"r0": 0.0, "r1": 0.3, "r2": 0.45, "r3": 0.95})
+    assert batches == [["r0", "r1", "r2"], ["r3"]]

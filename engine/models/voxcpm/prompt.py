@@ -76,9 +76,10 @@ def build_prompt(text: str, prompt: Prompt, tokenizer: VoxCPMTokenizer, config: 
         audio_segment(_latents("reference_latents", prompt.reference_latents, p, d))
         text_segment([REF_AUDIO_END_TOKEN])
     continuation = prompt.latents is not None
-    full_text = preprocess_text(prompt.text) + target if continuation else target
-    text_segment([*tokenizer.encode(full_text), AUDIO_START_TOKEN])
+    target_ids = tokenizer.encode(target)
+    text_ids = tokenizer.encode(preprocess_text(prompt.text) + target) if continuation else target_ids
+    text_segment([*text_ids, AUDIO_START_TOKEN])
     if continuation:
         audio_segment(_latents("latents", prompt.latents, p, d))
     ids, feats, mask = (torch.cat(parts) for parts in zip(*segments, strict=True))
-    return PackedPrompt(ids, feats, mask, len(tokenizer.encode(target)))
+    return PackedPrompt(ids, feats, mask, len(target_ids))

@@ -38,6 +38,9 @@ class VoxCPMTokenizer:
         self._tok = tokenizer
         vocab = tokenizer.get_vocab(with_added_tokens=True)
         self._multichar = frozenset(t for t in vocab if _is_cjk_word(t))
+        # Ids of the tokens `tokenize` splits: text without any of them (all English, say) maps to the library's
+        # ids as they are, with no per-token Python (a burst of requests is tokenized on the event loop).
+        self._split_ids = frozenset(i for t, i in vocab.items() if t.replace("▁", "") in self._multichar)
         unk_id = tokenizer.token_to_id(unk_token)
         if unk_id is None:
             raise ValueError(f"tokenizer has no unknown token {unk_token!r}")
@@ -77,7 +80,10 @@ class VoxCPMTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text` (no BOS/EOS), as the reference wrapper's `__call__`."""
-        ids = (self._tok.token_to_id(t) for t in self.tokenize(text))
-        return [self.unk_id if i is None else i for i in ids]
+        ids = self._tok.encode(text, add_special_tokens=False).ids
+        if self._split_ids.isdisjoint(ids):
+            return ids
+        looked_up = (self._tok.token_to_id(t) for t in self.tokenize(text))
+        return [self.unk_id if i is None else i for i in looked_up]
 
     __call__ = encode

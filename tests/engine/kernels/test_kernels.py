@@ -19,6 +19,24 @@ def test_cpu_dispatch_is_the_twin() -> None:
     assert torch.equal(kernels.silu_mul(gate_up), torch.nn.functional.silu(gate_up[:, :16]) * gate_up[:, 16:])
     alpha = torch.rand(1, 3, 1, generator=gen) + 0.5
     assert torch.equal(kernels.snake(x, alpha), kernels.snake_torch(x, alpha))
+    q, k = torch.randn(2, 5, 4, 16, generator=gen), torch.randn(2, 5, 2, 16, generator=gen)
+    assert torch.equal(kernels.dense_attention(q, k, k, 0.25), kernels.dense_attention_torch(q, k, k, 0.25))
+    context, weight = torch.randn(2, 3, 12, generator=gen), torch.randn(3, 1, 7, generator=gen)
+    conv = kernels.causal_conv_snake(x, context, weight, None, 2, alpha)
+    assert torch.equal(conv, kernels.causal_conv_snake_torch(x, context, weight, None, 2, alpha))
+
+
+def test_causal_conv_snake_twin_is_the_reference_chain() -> None:
+    """conv over [context | x] then Snake, i.e. what the VAE's Snake -> padded conv -> Snake chain computes."""
+    gen = torch.Generator().manual_seed(1)
+    x, context = torch.randn(2, 4, 9, generator=gen), torch.randn(2, 4, 6, generator=gen)
+    weight, bias = torch.randn(4, 1, 7, generator=gen), torch.randn(4, generator=gen)
+    alpha = torch.rand(1, 4, 1, generator=gen) + 0.5
+    got = kernels.causal_conv_snake_torch(x, context, weight, bias, 1, alpha)
+    full = torch.cat((context, x), dim=-1)
+    windows = full.unfold(-1, 7, 1)  # [B, C, L, 7]
+    conv = (windows * weight[:, 0][None, :, None, :]).sum(-1) + bias[None, :, None]
+    torch.testing.assert_close(got, kernels.snake_torch(conv, alpha), rtol=1e-5, atol=1e-5)
 
 
 def test_rope_twin_rotates_pairs_half_a_head_apart() -> None:

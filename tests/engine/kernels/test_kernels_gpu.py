@@ -65,3 +65,52 @@ def test_snake(dtype: torch.dtype, shape: tuple[int, int, int]) -> None:
     # One rounding instead of the twin's five: at least as close to the float64 result as the twin.
     assert _rel(got, exact) <= max(_rel(twin, exact), 1e-6) * 1.01
     assert _rel(got, twin) < 2e-3
+
+
+def test_snake_reads_strided_rows() -> None:
+    """A conv-transpose output cut in time (rows not contiguous) goes through the kernel, not the twin."""
+    full = torch.randn(3, 40, 300, device="cuda", dtype=torch.float16)
+    x = full[..., 4:-6]
+    alpha = torch.rand(1, 40, 1, device="cuda", dtype=torch.float16) + 0.3
+    got = triton_ops.snake(x, alpha)
+    assert got.is_contiguous() and _rel(got, kernels.snake_torch(x, alpha)) < 2e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("dilation", [1, 3, 9])
+@pytest.mark.parametrize(("batch", "channels", "length"), [(2, 1024, 32), (5, 32, 7680), (1, 8, 3)])
+def test_causal_conv_snake(dtype: torch.dtype, dilation: int, batch: int, channels: int, length: int) -> None:
+    """Depthwise k7 conv over [context | x] then Snake, against the twin and float64; the context is a strided view
+    of a flat per-slot state as in streaming, and shorter or longer than x."""
+    ctx = 6 * dilation
+    x = torch.randn(batch, channels, length, device="cuda", dtype=dtype)
+    state = torch.randn(batch, channels * ctx + 10, device="cuda", dtype=dtype)
+    context = state[:, 10:].view(batch, channels, ctx)
+    weight = torch.randn(channels, 1, 7, device="cuda", dtype=dtype) / 3
+    bias = torch.randn(channels, device="cuda", dtype=dtype)
+    alpha = torch.rand(1, channels, 1, device="cuda", dtype=dtype) + 0.3
+    args = (context, weight, bias, dilation, alpha)
+    got = triton_ops.causal_conv_snake(x, *args)
+    twin = kernels.causal_conv_snake_torch(x, *args)
+    exact = kernels.causal_conv_snake_torch(x.double(), *(a.double() if torch.is_tensor(a) else a for a in args))
+    assert got.shape == twin.shape == (batch, channels, length)
+    assert _rel(got, twin) < (3e-3 if dtype == torch.float16 else 1e-5)
+    assert _rel(got, exact) <= max(_rel(twin, exact), 1e-6) * 1.5
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("seq", [1, 5, 11, 32])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(16, 2, 128), (16, 2, 64), (4, 4, 16)])
+def test_dense_attention(dtype: torch.dtype, seq: int, heads: int, kv_heads: int, dim: int) -> None:
+    """q/k/v are views of one qkv GEMM output, as in Attention.forward; against SDPA and a float64 reference."""
+    rows = 37
+    qkv = torch.randn(rows, seq, (heads + 2 * kv_heads) * dim, device="cuda", dtype=dtype)
+    q, k, v = qkv.split((heads * dim, kv_heads * dim, kv_heads * dim), dim=-1)
+    q, k, v = q.view(rows, seq, heads, dim), k.view(rows, seq, kv_heads, dim), v.view(rows, seq, kv_heads, dim)
+    scale = dim**-0.5
+    got = triton_ops.dense_attention(q, k, v, scale)
+    twin = kernels.dense_attention_torch(q, k, v, scale)
+    exact = kernels.dense_attention_torch(q.double(), k.double(), v.double(), scale)
+    assert got.shape == q.shape and got.is_contiguous()
+    assert _rel(got, twin) < 1e-2
+    assert _rel(got, exact) <= max(_rel(twin, exact), 1e-4) * 1.5
