@@ -42,6 +42,9 @@ class BackboneInputs:
     # per sequence: [B]
     last_index: torch.Tensor  # int64 [B], packed index of each sequence's last position
     attn: AttentionMetadata
+    # Known on the host: no position is audio, so the backbone skips LocEnc without reading audio_mask (a
+    # read that would sync with the host, which graphs cannot). False means "may hold audio".
+    text_only: bool
 
 
 @dataclass(slots=True)

@@ -23,6 +23,9 @@ class EngineConfig:
     max_buffered_chunks: int = 32  # a request whose consumer lags this far is paused (no engine work)
     attention_backend: str = "auto"  # auto | flash_attn | sdpa | torch
     enforce_eager: bool = False  # no CUDA graphs
+    # Text-only admissions of up to this many prompt positions (and 8 requests) replay a backbone graph: the
+    # time to first audio at low load. 0: every admission's backbone runs eagerly.
+    prefill_graph_tokens: int = 1024
 
     def __post_init__(self) -> None:
         assert self.max_num_seqs >= 1
@@ -32,4 +35,5 @@ class EngineConfig:
         assert self.max_patches >= 1
         assert 0 <= self.coalesce_ms <= self.coalesce_max_ms
         assert self.max_buffered_chunks >= 1
+        assert self.prefill_graph_tokens >= 0
         assert self.attention_backend in ("auto", "flash_attn", "sdpa", "torch")

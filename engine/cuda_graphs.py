@@ -1,6 +1,7 @@
-"""CUDA graphs of the engine step's fixed-shape parts, one per (batch bucket, Euler steps).
+"""CUDA graphs of the engine step's fixed-shape parts.
 
-ModelRunner keeps two sets, in one shared memory pool, over the same bucket list:
+ModelRunner keeps three sets in one shared memory pool. Two, `StepGraphs` per (batch bucket, Euler steps) over
+the same bucket list:
 - decode: the whole decode step of the running streams: the slot-state gathers, LocEnc, both LMs over the
   paged KV pool at one position per stream, then the tail below. Its only input is the slot list.
 - prefill tail: the part of an admission step after the eager backbone (whose token count varies): the
@@ -15,6 +16,10 @@ pads the rest (the scratch slot, whose KV block and state nobody else uses; zero
 one memory pool: only one replays at a time (stream order), and the result a replay returns is a view of
 its graph's own output, which stays allocated, so a later replay of another graph cannot overwrite it.
 
+The third, `PrefillGraphs`, holds the backbone of small text-only admissions per (token bucket, sequence bucket):
+replayed, an admission of one request costs one launch instead of ~600 (the LMs' layers), which is most of the
+time to first audio at low load. Larger admissions are GPU-bound and run eagerly.
+
 The Euler-step count is a loop bound inside the graph, hence part of the key. Graphs are captured at start
 only, for the default count and every bucket; a step with another count runs the same code eagerly. (Capturing
 on first use, mid-serve, beside live requests, broke graphed == eager for decode steps in a test on an H200,
@@ -23,9 +28,13 @@ for a reason not found yet; a first-use capture would also stall that step.)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 # Batch sizes that get a graph (up to max_num_seqs, which is always added). Denser at the low end, where a
 # padded row costs most relative to the batch; multiples of 32 above 64 keep GEMM tiles full.
@@ -93,14 +102,71 @@ class StepGraphs:
         views = [buf[:bucket] for buf, _ in self.inputs]
         for view, (_, pad) in zip(views, self.inputs, strict=True):
             view.fill_(pad)  # warm-up and capture touch only scratch state
-        # Warm up off the capture (lazy inits, cuBLAS workspaces, cuDNN plans, Triton compiles), on a side
-        # stream as torch.cuda.graph requires, then capture.
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            self.body(views, max_timesteps)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            out = self.body(views, max_timesteps)
-        return graph, out
+        return capture(lambda: self.body(views, max_timesteps), self.device, self._pool)
+
+
+def capture(fn: Callable[[], T], device: torch.device, pool: tuple[int, int]) -> tuple[torch.cuda.CUDAGraph, T]:
+    """Run fn once off the capture (lazy inits, cuBLAS workspaces, cuDNN plans, Triton compiles), on a side stream
+    as torch.cuda.graph requires, then capture it into `pool`. Returns the graph and the captured call's result,
+    whose tensors every replay rewrites."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = fn()
+    return graph, out
+
+
+# Admissions that get a backbone graph: up to this many sequences, text only, prompt positions up to the engine's
+# prefill_graph_tokens (the largest bucket; smaller ones from PREFILL_TOKEN_BUCKETS).
+PREFILL_SEQ_BUCKETS = (1, 2, 4, 8)
+PREFILL_TOKEN_BUCKETS = (64, 128, 256, 512)
+
+
+class PrefillGraphs:
+    """Graphs of one body per (token bucket, sequence bucket). The body reads static inputs that the caller's
+    `fill` writes before each replay (padded to the key's sizes); `prepare(key)` writes an admission of no
+    sequence at those sizes for warm-up and capture, so that they touch only scratch state."""
+
+    def __init__(
+        self,
+        body: Callable[[int, int], T],
+        prepare: Callable[[int, int], None],
+        max_tokens: int,
+        max_seqs: int,
+        device: torch.device,
+        pool: tuple[int, int],
+    ) -> None:
+        self.body = body
+        self.prepare = prepare
+        self.token_buckets = sorted({t for t in PREFILL_TOKEN_BUCKETS if t < max_tokens} | {max_tokens})
+        self.seq_buckets = [s for s in PREFILL_SEQ_BUCKETS if s <= max_seqs]
+        self.device = device
+        self._pool = pool
+        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, T]] = {}
+
+    def key_for(self, tokens: int, seqs: int) -> tuple[int, int] | None:
+        """The smallest (token bucket, sequence bucket) holding an admission; None if none does."""
+        token_bucket = next((t for t in self.token_buckets if t >= tokens), None)
+        seq_bucket = next((s for s in self.seq_buckets if s >= seqs), None)
+        if token_bucket is None or seq_bucket is None:
+            return None
+        return token_bucket, seq_bucket
+
+    def capture_all(self) -> None:
+        for tokens in reversed(self.token_buckets):  # largest first, as StepGraphs.capture_all
+            for seqs in reversed(self.seq_buckets):
+                self.prepare(tokens, seqs)
+                self._graphs[(tokens, seqs)] = capture(
+                    functools.partial(self.body, tokens, seqs), self.device, self._pool
+                )
+
+    def run(self, key: tuple[int, int], fill: Callable[[], None]) -> T:
+        """Replay the graph of `key` after `fill()` wrote its inputs; returns the body's outputs (full buckets)."""
+        graph, out = self._graphs[key]
+        fill()
+        graph.replay()
+        return out

@@ -2,7 +2,8 @@
 
 One `run(batch)` is one engine step. The running streams decode in one forward (replayed from a CUDA graph
 per batch bucket on CUDA, see cuda_graphs.py); newly admitted requests prefill in a second forward of the
-same step, whose backbone (LM over the prompt positions, variable length) runs eagerly and whose tail
+same step, whose backbone (LM over the prompt positions, variable length) replays from a graph per (token,
+sequence) bucket when the admission is small and text-only and runs eagerly otherwise, and whose tail
 (`_tail_body`: CFM, stop head, feedback, VAE, packing; fixed shapes per batch) replays from a second set of
 graphs. The decode graph runs the same `_tail_body` after a one-position backbone. Both feed their generated
 patches back into per-slot device buffers, decode them to audio with the streaming VAE, and the step brings
@@ -34,7 +35,7 @@ import torch
 
 from engine.batch import AttentionMetadata, BackboneInputs, ModelOutputs
 from engine.config import EngineConfig
-from engine.cuda_graphs import StepGraphs, bucket_sizes
+from engine.cuda_graphs import PrefillGraphs, StepGraphs, bucket_sizes
 from engine.models.voxcpm.checkpoint import LoadedVoxCPM, load_voxcpm
 from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
 from engine.noise import standard_normal
@@ -147,12 +148,15 @@ class ModelRunner:
         # has one) and one memory pool.
         self.graphs: StepGraphs | None = None
         self.prefill_graphs: StepGraphs | None = None
+        self.backbone_graphs: PrefillGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager:
             self._capture_graphs(config.max_num_seqs, GenerationParams().inference_timesteps)
+            if config.prefill_graph_tokens:
+                self._capture_backbone_graphs(config.prefill_graph_tokens, config.max_num_seqs)
 
     def _capture_graphs(self, max_batch: int, max_timesteps: int) -> None:
         buckets = bucket_sizes(max_batch)
-        pool = torch.cuda.graph_pool_handle()
+        pool = self._graph_pool = torch.cuda.graph_pool_handle()
         # Static inputs. Decode: the slot list, staged through pinned memory in one host->device copy.
         self._decode_slots = torch.full((max_batch,), self.scratch_slot, dtype=torch.int64, device=self.device)
         self._decode_staging = torch.empty(max_batch, dtype=torch.int64, pin_memory=self.device.type == "cuda")
@@ -180,13 +184,38 @@ class ModelRunner:
             self.graphs.capture_all(max_timesteps)
             self.prefill_graphs.capture_all(max_timesteps)
 
+    def _capture_backbone_graphs(self, max_tokens: int, max_seqs: int) -> None:
+        """Graphs of the prefill backbone over static inputs: the packed integers of `_pack_prefill` (one buffer
+        for every key: one graph replays at a time) and the prompt latents, which stay zero (text only)."""
+        body, prepare = self._prefill_backbone_body, self._prepare_prefill_graph
+        self.backbone_graphs = PrefillGraphs(body, prepare, max_tokens, max_seqs, self.device, self._graph_pool)
+        rows = self.backbone_graphs.seq_buckets[-1]
+        size = self._packed_size(max_tokens, rows)
+        self._prefill_static = torch.zeros(size, dtype=torch.int64, device=self.device)
+        self._prefill_static_feats = torch.zeros(max_tokens, self.patch_size, self.feat_dim, device=self.device)
+        with torch.inference_mode():
+            self.backbone_graphs.capture_all()
+
+    def _prefill_backbone_body(
+        self, tokens: int, rows: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        packed = self._prefill_static[: self._packed_size(tokens, rows)]
+        inputs, slots = self._unpack_prefill(packed, self._prefill_static_feats[:tokens], tokens, rows, tokens, True)
+        return (slots, *self.model.backbone(inputs))
+
+    def _prepare_prefill_graph(self, tokens: int, rows: int) -> None:
+        packed = self._pack_prefill([], tokens, rows)
+        self._prefill_static[: packed.size].copy_(torch.from_numpy(packed))
+
     # host -> device
 
-    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+    def _host(self, array: np.ndarray) -> torch.Tensor:
+        """`array` as a tensor that copies to the device asynchronously (pinned, on CUDA)."""
         tensor = torch.from_numpy(array)
-        if self.device.type == "cuda":
-            return tensor.pin_memory().to(self.device, non_blocking=True)
-        return tensor.to(self.device)
+        return tensor.pin_memory() if self.device.type == "cuda" else tensor
+
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        return self._host(array).to(self.device, non_blocking=True)
 
     def _admit(self, seqs: list[Sequence]) -> None:
         """Initialise the slot state of newly admitted requests (their prefill step)."""
@@ -270,6 +299,7 @@ class ModelRunner:
                 block_tables=blocks,
                 decode_only=True,
             ),
+            text_only=False,
         )
 
     def _eager_convs(self) -> contextlib.AbstractContextManager[None]:
@@ -300,55 +330,102 @@ class ModelRunner:
 
         return self.graphs.run(batch, max_timesteps, fill)
 
-    def _prefill_inputs(self, seqs: list[Sequence]) -> tuple[BackboneInputs, torch.Tensor]:
-        """The backbone's inputs over the prompts of newly admitted requests, and their slots (int64 [B])."""
-        num_new = np.array([seq.num_prompt for seq in seqs], dtype=np.int64)
-        cu_seqlens = np.zeros(len(seqs) + 1, dtype=np.int64)
+    def _packed_size(self, tokens: int, rows: int) -> int:
+        return 4 * tokens + 4 * rows + 1 + rows * self.max_blocks_per_seq
+
+    def _pack_prefill(self, seqs: list[Sequence], tokens: int, rows: int) -> np.ndarray:
+        """Every integer the backbone reads for the prompts of `seqs`, packed for one host->device copy (see
+        `_unpack_prefill`), padded to `tokens` positions and `rows` sequences. Padding is inert: padded
+        positions write K/V into the scratch block, padded sequences are empty, with the scratch slot."""
+        num_new = np.zeros(rows, dtype=np.int64)
+        num_new[: len(seqs)] = [seq.num_prompt for seq in seqs]
+        cu_seqlens = np.zeros(rows + 1, dtype=np.int64)
         np.cumsum(num_new, out=cu_seqlens[1:])
-        num_tokens = int(cu_seqlens[-1])
-        token_ids = np.concatenate([seq.token_ids for seq in seqs])
-        audio_mask = np.concatenate([seq.audio_mask for seq in seqs]).astype(np.int64)
-        positions = np.concatenate([np.arange(n) for n in num_new])
-        block_tables = np.full((len(seqs), self.max_blocks_per_seq), self.scratch_block, dtype=np.int64)
-        for row, seq in enumerate(seqs):
-            block_tables[row, : len(seq.block_table)] = seq.block_table
-        seq_index = np.repeat(np.arange(len(seqs)), num_new)
-        slot_mapping = block_tables[seq_index, positions // self.block_size] * self.block_size
-        slot_mapping += positions % self.block_size
-        slots = np.array([seq.slot for seq in seqs], dtype=np.int64)
+        n = int(cu_seqlens[-1])
+        token_ids, audio_mask, positions = (np.zeros(tokens, dtype=np.int64) for _ in range(3))
+        block_tables = np.full((rows, self.max_blocks_per_seq), self.scratch_block, dtype=np.int64)
+        slots = np.full(rows, self.scratch_slot, dtype=np.int64)
+        slot_mapping = self.scratch_block * self.block_size + np.arange(tokens) % self.block_size
+        if seqs:
+            token_ids[:n] = np.concatenate([seq.token_ids for seq in seqs])
+            audio_mask[:n] = np.concatenate([seq.audio_mask for seq in seqs])
+            positions[:n] = np.concatenate([np.arange(seq.num_prompt) for seq in seqs])
+            for row, seq in enumerate(seqs):
+                block_tables[row, : len(seq.block_table)] = seq.block_table
+                slots[row] = seq.slot
+            seq_index = np.repeat(np.arange(rows), num_new)
+            slot_mapping[:n] = block_tables[seq_index, positions[:n] // self.block_size] * self.block_size
+            slot_mapping[:n] += positions[:n] % self.block_size
+        last_index = np.maximum(cu_seqlens[1:] - 1, 0)
+        return np.concatenate(
+            [
+                token_ids,
+                audio_mask,
+                positions,
+                slot_mapping,
+                cu_seqlens,
+                num_new,
+                last_index,
+                slots,
+                block_tables.ravel(),
+            ]
+        )
 
-        # One host->device copy for every integer, split into views on the device.
-        per_token = [token_ids, audio_mask, positions, slot_mapping]
-        per_seq = [cu_seqlens, num_new, cu_seqlens[1:] - 1, slots, block_tables.reshape(-1)]
-        packed = self._to_device(np.concatenate(per_token + per_seq))
-        n, b = num_tokens, len(seqs)
-        token_ids_d, audio_mask_d, positions_d, slot_mapping_d = packed[: 4 * n].view(4, n)
-        cu_seqlens_d = packed[4 * n : 4 * n + b + 1]
-        seq_lens_d, last_index_d, slots_d = packed[4 * n + b + 1 : 4 * n + 4 * b + 1].view(3, b)
-        block_tables_d = packed[4 * n + 4 * b + 1 :].view(b, self.max_blocks_per_seq)
-
+    def _unpack_prefill(
+        self, packed: torch.Tensor, feats: torch.Tensor, tokens: int, rows: int, max_seqlen: int, text_only: bool
+    ) -> tuple[BackboneInputs, torch.Tensor]:
+        """`_pack_prefill`'s layout as device views: the backbone's inputs and the slots (int64 [rows])."""
+        n, b = tokens, rows
+        token_ids, audio_mask, positions, slot_mapping = packed[: 4 * n].view(4, n)
+        cu_seqlens = packed[4 * n : 4 * n + b + 1]
+        seq_lens, last_index, slots = packed[4 * n + b + 1 : 4 * n + 4 * b + 1].view(3, b)
+        block_tables = packed[4 * n + 4 * b + 1 :].view(b, self.max_blocks_per_seq)
         inputs = BackboneInputs(
-            token_ids=token_ids_d,
-            feats=self._to_device(np.concatenate([seq.feats for seq in seqs])).to(self.dtype),
-            audio_mask=audio_mask_d.bool(),
-            positions=positions_d,
-            last_index=last_index_d,
+            token_ids=token_ids,
+            feats=feats.to(self.dtype),
+            audio_mask=audio_mask.bool(),
+            positions=positions,
+            last_index=last_index,
             attn=AttentionMetadata(
-                cu_seqlens_q=cu_seqlens_d.int(),
-                seq_lens=seq_lens_d.int(),
-                max_seqlen_q=int(num_new.max()),
-                max_seqlen_k=int(num_new.max()),
-                slot_mapping=slot_mapping_d,
-                block_tables=block_tables_d.int(),
+                cu_seqlens_q=cu_seqlens.int(),
+                seq_lens=seq_lens.int(),
+                max_seqlen_q=max_seqlen,
+                max_seqlen_k=max_seqlen,
+                slot_mapping=slot_mapping,
+                block_tables=block_tables.int(),
                 decode_only=False,
             ),
+            text_only=text_only,
         )
-        return inputs, slots_d
+        return inputs, slots
+
+    def _prefill_inputs(self, seqs: list[Sequence]) -> tuple[BackboneInputs, torch.Tensor]:
+        """The backbone's inputs over the prompts of newly admitted requests (unpadded), and their slots."""
+        tokens = sum(seq.num_prompt for seq in seqs)
+        packed = self._to_device(self._pack_prefill(seqs, tokens, len(seqs)))
+        feats = self._to_device(np.concatenate([seq.feats for seq in seqs]))
+        max_seqlen = max(seq.num_prompt for seq in seqs)
+        text_only = not any(seq.audio_mask.any() for seq in seqs)
+        return self._unpack_prefill(packed, feats, tokens, len(seqs), max_seqlen, text_only)
 
     def _prefill(self, seqs: list[Sequence], max_timesteps: int) -> torch.Tensor:
-        """Admission step: the eager backbone over the prompts (variable length: never graphed), then the tail."""
-        inputs, slots = self._prefill_inputs(seqs)
-        return self._tail(slots, *self.model.backbone(inputs), max_timesteps)
+        """Admission step: the backbone over the prompts (graphed for small text-only admissions, else eager),
+        then the tail."""
+        graphs = self.backbone_graphs
+        key = None
+        if graphs is not None and not any(seq.audio_mask.any() for seq in seqs):
+            key = graphs.key_for(sum(seq.num_prompt for seq in seqs), len(seqs))
+        if key is None:
+            inputs, slots = self._prefill_inputs(seqs)
+            return self._tail(slots, *self.model.backbone(inputs), max_timesteps)
+        packed = self._host(self._pack_prefill(seqs, *key))
+
+        def fill() -> None:
+            self._prefill_static[: packed.numel()].copy_(packed, non_blocking=True)
+
+        b = len(seqs)
+        slots, lm_h, res_h, cond = graphs.run(key, fill)
+        return self._tail(slots[:b], lm_h[:b], res_h[:b], cond[:b], max_timesteps)
 
     def _tail(
         self, slots: torch.Tensor, lm_h: torch.Tensor, res_h: torch.Tensor, cond: torch.Tensor, max_timesteps: int

@@ -118,13 +118,16 @@ class VoxCPMModel(nn.Module):
 
     # -- step ----------------------------------------------------------------------------------------------------
 
-    def _embed_audio(self, feats: torch.Tensor, audio: torch.Tensor, all_audio: bool) -> torch.Tensor:
+    def _embed_audio(self, inputs: BackboneInputs, feats: torch.Tensor) -> torch.Tensor:
         """LocEnc embedding at audio positions, zero elsewhere. [N, P, D] -> [N, hidden]."""
-        if all_audio:
+        audio = inputs.audio_mask
+        if inputs.attn.decode_only:  # decode positions are fed-back patches: encode every row (graph-friendly)
             emb = self.enc_to_lm_proj(self.feat_encoder(feats))
             return torch.where(audio[:, None], emb, torch.zeros_like(emb))
-        index = audio.nonzero().squeeze(1)  # prefill steps run eagerly, so this host sync is acceptable
         emb = torch.zeros(feats.shape[0], self.config.lm_config.hidden_size, dtype=self.dtype, device=feats.device)
+        if inputs.text_only:
+            return emb
+        index = audio.nonzero().squeeze(1)  # a prefill with prompt audio runs eagerly: this host sync is acceptable
         if index.numel():
             emb[index] = self.enc_to_lm_proj(self.feat_encoder(feats[index]))
         return emb
@@ -148,8 +151,7 @@ class VoxCPMModel(nn.Module):
         attn = inputs.attn
         audio = inputs.audio_mask
         feats = inputs.feats.to(self.dtype)
-        # Decode positions are fed-back patches, so a decode-only step encodes every row (graph-friendly).
-        feat_emb = self._embed_audio(feats, audio, all_audio=attn.decode_only)
+        feat_emb = self._embed_audio(inputs, feats)
         text_emb = self.base_lm.embed_tokens(inputs.token_ids)
         if self.embed_scale is not None:
             text_emb = text_emb * self.embed_scale

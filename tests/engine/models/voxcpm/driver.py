@@ -113,6 +113,7 @@ class Driver:
             timesteps=torch.tensor([s.timesteps for s in seqs], dtype=torch.int64),
             noise=noise,
             attn=attn,
+            text_only=False,
         )
         device = model.device
         for name in (

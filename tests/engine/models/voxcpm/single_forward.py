@@ -18,7 +18,7 @@ def single_forward(model: VoxCPMModel, inputs: ModelInputs, max_timesteps: int |
     attn = inputs.attn
     audio = inputs.audio_mask
     feats = inputs.feats.to(model.dtype)
-    feat_emb = model._embed_audio(feats, audio, all_audio=attn.decode_only)
+    feat_emb = model._embed_audio(inputs, feats)
     text_emb = model.base_lm.embed_tokens(inputs.token_ids)
     if model.embed_scale is not None:
         text_emb = text_emb * model.embed_scale
