@@ -200,7 +200,11 @@ class ModelRunner:
         self, tokens: int, rows: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         packed = self._prefill_static[: self._packed_size(tokens, rows)]
-        inputs, slots = self._unpack_prefill(packed, self._prefill_static_feats[:tokens], tokens, rows, tokens, True)
+        feats = self._prefill_static_feats[:tokens]
+        # Bounds, not lengths: padded positions may be queries (their rows are discarded), but no sequence holds
+        # more keys than max_model_len (rounded up to blocks), the width of a block table.
+        max_k = min(tokens, self.max_blocks_per_seq * self.block_size)
+        inputs, slots = self._unpack_prefill(packed, feats, tokens, rows, tokens, max_k, text_only=True)
         return (slots, *self.model.backbone(inputs))
 
     def _prepare_prefill_graph(self, tokens: int, rows: int) -> None:
@@ -372,7 +376,14 @@ class ModelRunner:
         )
 
     def _unpack_prefill(
-        self, packed: torch.Tensor, feats: torch.Tensor, tokens: int, rows: int, max_seqlen: int, text_only: bool
+        self,
+        packed: torch.Tensor,
+        feats: torch.Tensor,
+        tokens: int,
+        rows: int,
+        max_seqlen_q: int,
+        max_seqlen_k: int,
+        text_only: bool,
     ) -> tuple[BackboneInputs, torch.Tensor]:
         """`_pack_prefill`'s layout as device views: the backbone's inputs and the slots (int64 [rows])."""
         n, b = tokens, rows
@@ -389,8 +400,8 @@ class ModelRunner:
             attn=AttentionMetadata(
                 cu_seqlens_q=cu_seqlens.int(),
                 seq_lens=seq_lens.int(),
-                max_seqlen_q=max_seqlen,
-                max_seqlen_k=max_seqlen,
+                max_seqlen_q=max_seqlen_q,
+                max_seqlen_k=max_seqlen_k,
                 slot_mapping=slot_mapping,
                 block_tables=block_tables.int(),
                 decode_only=False,
@@ -406,7 +417,7 @@ class ModelRunner:
         feats = self._to_device(np.concatenate([seq.feats for seq in seqs]))
         max_seqlen = max(seq.num_prompt for seq in seqs)
         text_only = not any(seq.audio_mask.any() for seq in seqs)
-        return self._unpack_prefill(packed, feats, tokens, len(seqs), max_seqlen, text_only)
+        return self._unpack_prefill(packed, feats, tokens, len(seqs), max_seqlen, max_seqlen, text_only)
 
     def _prefill(self, seqs: list[Sequence], max_timesteps: int) -> torch.Tensor:
         """Admission step: the backbone over the prompts (graphed for small text-only admissions, else eager),

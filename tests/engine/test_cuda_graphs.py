@@ -152,7 +152,8 @@ def test_backbone_graph_plumbing_on_cpu(tiny_checkpoint, monkeypatch: pytest.Mon
         if graphed:
             core.runner._graph_pool = (0, 0)
             with torch.inference_mode():
-                core.runner._capture_backbone_graphs(128, 8)
+                # Buckets past max_model_len (128): a padded admission may hold more positions than a sequence.
+                core.runner._capture_backbone_graphs(256, 8)
         results.append(_run_mixed_steps(core))
     # r2 continues prompt audio, so the admission of r2 and r3 runs eagerly.
     assert replays == [(64, 2), (64, 4)]
