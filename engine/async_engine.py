@@ -3,8 +3,10 @@
 Threads and ownership:
 - The engine thread owns the EngineCore and the table of open streams. Everything else reaches them
   through `_submit()`: a command list under a condition variable, drained at every step boundary.
-- The event loop owns each request's asyncio.Queue. The engine thread fills it with
-  `loop.call_soon_threadsafe`, so nothing here ever blocks the loop for longer than a lock hand-off.
+- The event loop owns each request's asyncio.Queue. The engine thread hands a step's items over with ONE
+  `loop.call_soon_threadsafe` (each is a self-pipe write and a loop wakeup: one per chunk would be hundreds per step
+  at high concurrency), and the loop puts them into their queues in the engine's order. Nothing here ever blocks
+  the loop for longer than a lock hand-off.
 - Back-pressure: a stream counts the chunks handed to the loop and not yet read. The engine thread pauses
   the request, before its next step, when that count reaches `max_buffered_chunks`; the consumer resumes
   it once it has read half of them. A paused request keeps its KV blocks and slot.
@@ -47,13 +49,13 @@ class _Stream:
         self.buffered = 0  # items handed to the loop and not yet taken by the consumer
         self.paused = False
 
-    def put(self, item: _Item) -> bool:
-        """Engine thread. True when the request must be paused now (its consumer lags too far)."""
+    def count(self) -> bool:
+        """Engine thread, for each item it hands over. True when the request must be paused now (its consumer lags
+        too far)."""
         with self.lock:
             self.buffered += 1
             pause = not self.paused and self.buffered >= self.max_buffered
             self.paused |= pause
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
         return pause
 
     def taken(self) -> bool:
@@ -63,6 +65,16 @@ class _Stream:
             resume = self.paused and self.buffered <= self.max_buffered // 2
             self.paused &= not resume
         return resume
+
+
+# One item on its way to a request's queue: (request id, its stream, the item).
+_Delivery = tuple[str, _Stream, _Item]
+
+
+def _put_all(deliveries: list[_Delivery]) -> None:
+    """Event loop: one hand-off from the engine thread, queued in the engine's order."""
+    for _, stream, item in deliveries:
+        stream.queue.put_nowait(item)
 
 
 class AsyncEngine:
@@ -206,15 +218,18 @@ class AsyncEngine:
     def _run_commands(self) -> None:
         with self._cond:
             commands, self._commands = self._commands, []
+        endings: list[_Delivery] = []  # requests these commands end, handed over together
         for kind, *args in commands:
             if kind == "add":
-                self._add(*args)
+                seq, stream = args
+                if (error := self._add(seq, stream)) is not None:
+                    endings.append((seq.request_id, stream, error))
             elif kind == "abort":
                 (request_id,) = args
                 self.core.abort(request_id)
                 stream = self._streams.pop(request_id, None)
                 if stream is not None:
-                    self._put(request_id, stream, None)
+                    endings.append((request_id, stream, None))
             elif kind == "resume":
                 self.core.resume(*args)
             elif kind == "encode":
@@ -225,35 +240,48 @@ class AsyncEngine:
                     future.set_result(self.core.encode_audio(wav, padding))
                 except Exception as exc:
                     future.set_exception(exc)
+        self._hand_off(endings)
 
-    def _add(self, seq: Sequence, stream: _Stream) -> None:
+    def _add(self, seq: Sequence, stream: _Stream) -> EngineError | None:
+        """Open the request's stream; the error that ends it at once if the engine refuses it."""
         if seq.request_id in self._streams:
-            self._put(seq.request_id, stream, EngineError(f"request id {seq.request_id!r} is already in use"))
-            return
+            return EngineError(f"request id {seq.request_id!r} is already in use")
         try:
             self.core.add_sequence(seq)
         except EngineError as exc:
-            self._put(seq.request_id, stream, exc)
-            return
+            return exc
         self._streams[seq.request_id] = stream
+        return None
 
     def _deliver(self, chunks: list[AudioChunk]) -> None:
+        deliveries: list[_Delivery] = []
         for chunk in chunks:
             stream = self._streams.get(chunk.request_id)
             if stream is None:
                 continue
             if chunk.finish_reason is not None:
                 del self._streams[chunk.request_id]
-            if self._put(chunk.request_id, stream, chunk) and chunk.finish_reason is None:
-                self.core.pause(chunk.request_id)
+            deliveries.append((chunk.request_id, stream, chunk))
+        self._hand_off(deliveries)
 
-    def _put(self, request_id: str, stream: _Stream, item: _Item) -> bool:
-        try:
-            return stream.put(item)
-        except RuntimeError:  # the consumer's event loop is closed: nobody will read this request
-            self.core.abort(request_id)
-            self._streams.pop(request_id, None)
-            return False
+    def _hand_off(self, deliveries: list[_Delivery]) -> None:
+        """Engine thread: one call_soon_threadsafe per event loop for all of `deliveries`, then pause the requests
+        whose consumers lag (before the next step, which is all the pause needs)."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Delivery]] = {}
+        for delivery in deliveries:
+            by_loop.setdefault(delivery[1].loop, []).append(delivery)
+        for loop, batch in by_loop.items():
+            pauses = [stream.count() for _, stream, _ in batch]
+            try:
+                loop.call_soon_threadsafe(_put_all, batch)
+            except RuntimeError:  # the consumers' event loop is closed: nobody will read these requests
+                for request_id, _, _ in batch:
+                    self.core.abort(request_id)
+                    self._streams.pop(request_id, None)
+                continue
+            for (request_id, _, item), pause in zip(batch, pauses, strict=True):
+                if pause and isinstance(item, AudioChunk) and item.finish_reason is None:
+                    self.core.pause(request_id)
 
     def _shut_down(self, error: EngineError) -> None:
         """Refuse new commands, fail queued ones and every open request with `error`."""
@@ -262,11 +290,12 @@ class AsyncEngine:
             commands, self._commands = self._commands, []
         # Unhealthy before anyone hears of the failure, so that a failed request sees a consistent stats().
         self._stats = dataclasses.replace(self.core.stats(), healthy=False)
+        endings: list[_Delivery] = []
         for kind, *args in commands:
             if kind == "add":
-                self._put(args[0].request_id, args[1], EngineError(str(error)))
+                endings.append((args[0].request_id, args[1], EngineError(str(error))))
             elif kind == "encode" and args[2].set_running_or_notify_cancel():
                 args[2].set_exception(EngineError(str(error)))
-        for request_id, stream in list(self._streams.items()):
-            self._put(request_id, stream, EngineError(str(error)))
+        endings.extend((request_id, stream, EngineError(str(error))) for request_id, stream in self._streams.items())
         self._streams.clear()
+        self._hand_off(endings)

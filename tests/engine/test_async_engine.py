@@ -75,6 +75,33 @@ async def collect_rest(stream) -> list:
     return [chunk async for chunk in stream]
 
 
+async def test_one_hand_off_to_the_loop_per_step(engine, monkeypatch):
+    """A step's chunks for every request reach the event loop in one call_soon_threadsafe (one self-pipe wakeup),
+    not one per chunk, and each request still gets all of its chunks in order."""
+    loop = asyncio.get_running_loop()
+    hand_offs: list[int] = []
+    steps: list[int] = []
+    call_soon_threadsafe, step = loop.call_soon_threadsafe, engine.core.step
+
+    def counting_call(callback, *args):
+        hand_offs.append(1)
+        return call_soon_threadsafe(callback, *args)
+
+    def counting_step():
+        chunks = step()
+        steps.append(len(chunks))
+        return chunks
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counting_call)
+    monkeypatch.setattr(engine.core, "step", counting_step)
+    results = await asyncio.wait_for(
+        asyncio.gather(*(collect(engine, request(f"r{i}", max_patches=6, seed=i)) for i in range(4))), TIMEOUT
+    )
+    assert all([chunk.index for chunk in chunks] == list(range(6)) for chunks in results)
+    assert sum(steps) == 24 and max(steps) > 1  # several requests shared steps
+    assert len(hand_offs) == len(steps)
+
+
 async def test_breaking_out_cancels_and_frees(engine):
     total = engine.stats().kv_blocks_total
     async for chunk in engine.generate(request("a", max_patches=12)):
