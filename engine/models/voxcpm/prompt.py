@@ -7,7 +7,7 @@
 
 Text positions (including 101/103/104) carry their token id and a zero patch; audio positions carry token id 0,
 their latent patch and audio_mask True. The generation cap of the reference is 6 * n + 10 patches with n the
-token count of the target text alone.
+token count of the target text alone (`reference_patch_cap`).
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ class PackedPrompt:
     token_ids: torch.Tensor  # int64 [T]
     feats: torch.Tensor  # float32 [T, P, D]
     audio_mask: torch.Tensor  # bool [T]
-    target_text_tokens: int  # n of the reference's length cap 6 * n + 10
+    target_text_tokens: int  # n of the reference's length cap, reference_patch_cap(n)
 
     def __len__(self) -> int:
         return self.token_ids.shape[0]
 
-    @property
-    def max_patches(self) -> int:
-        """The reference's text-proportional cap on generated patches."""
-        return 6 * self.target_text_tokens + 10
+
+def reference_patch_cap(target_text_tokens: int) -> int:
+    """The reference's text-proportional cap on generated patches (`max_len = 6 * n + 10` in its generate loop)."""
+    return 6 * target_text_tokens + 10
 
 
 def _latents(name: str, value: np.ndarray, patch_size: int, feat_dim: int) -> torch.Tensor:

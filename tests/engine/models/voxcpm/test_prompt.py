@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from engine.models.voxcpm import build_prompt, load_config
+from engine.models.voxcpm.prompt import reference_patch_cap
 from engine.models.voxcpm.tokenizer import VoxCPMTokenizer
 from engine.params import Prompt
 
@@ -29,7 +30,8 @@ def test_layouts(v2: tuple) -> None:
 
     zero = build_prompt("hello world", Prompt(), tok, config)
     assert zero.token_ids.tolist() == [*text_ids, 101] and not zero.audio_mask.any()
-    assert zero.target_text_tokens == len(text_ids) and zero.max_patches == 6 * len(text_ids) + 10
+    assert zero.target_text_tokens == len(text_ids)
+    assert reference_patch_cap(zero.target_text_tokens) == 6 * len(text_ids) + 10  # the reference's length cap
 
     cont = build_prompt("world", Prompt(text="hello ", latents=audio), tok, config)
     assert cont.token_ids.tolist() == [*tok.encode("hello world"), 101, 0, 0]
