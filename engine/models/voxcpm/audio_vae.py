@@ -18,7 +18,7 @@ Every layer takes ``(x, stream)``; ``stream=None`` is the offline path (zero lef
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine import kernels
+from engine.models.voxcpm.state_dict import mismatches
 
 # Reference defaults (voxcpm 2.0.3: modules/audiovae/audio_vae.py AudioVAEConfig, audio_vae_v2.py AudioVAEConfig).
 _DEFAULTS: dict[int, dict[str, Any]] = {
@@ -550,31 +551,12 @@ def _read_state_dict(path: Path) -> dict[str, Tensor]:
     return dict(ckpt)
 
 
-def _name_keys(keys: Sequence[str], limit: int = 20) -> str:
-    shown = ", ".join(keys[:limit])
-    return shown + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
-
-
 def check_state_dict(state_dict: Mapping[str, Tensor], config: AudioVAEConfig, source: str = "state dict") -> None:
-    """Raise ValueError naming every missing, unexpected or mis-shaped key."""
-    expected = expected_shapes(config)
-    missing = sorted(expected.keys() - state_dict.keys())
-    unexpected = sorted(state_dict.keys() - expected.keys())
-    mis_shaped = sorted(
-        f"{k} {tuple(state_dict[k].shape)} != {tuple(s)}"
-        for k, s in expected.items()
-        if k in state_dict and state_dict[k].shape != s
-    )
-    problems = [
-        f"{label} ({len(keys)}): {_name_keys(keys)}"
-        for label, keys in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatch", mis_shaped))
-        if keys
-    ]
+    """Raise ValueError naming every unknown, missing or mis-shaped tensor."""
+    problems = mismatches({name: tensor.shape for name, tensor in state_dict.items()}, expected_shapes(config))
     if problems:
-        raise ValueError(
-            f"{source} does not match AudioVAE v{config.version} "
-            f"(decoder_rates={list(config.decoder_rates)}): " + "; ".join(problems)
-        )
+        rates = list(config.decoder_rates)
+        raise ValueError(f"{source} does not match AudioVAE v{config.version} (decoder_rates={rates}): {problems}")
 
 
 def load_audio_vae(

@@ -22,6 +22,7 @@ from engine.models.voxcpm.audio_vae import AudioVAE, load_audio_vae
 from engine.models.voxcpm.config import VoxCPMConfig, load_config
 from engine.models.voxcpm.minicpm4 import Attention
 from engine.models.voxcpm.model import VoxCPMModel
+from engine.models.voxcpm.state_dict import mismatches, name_list
 from engine.models.voxcpm.tokenizer import VoxCPMTokenizer
 
 # fused module name -> the released module names it concatenates along dim 0
@@ -66,30 +67,13 @@ def released_shapes(model: nn.Module) -> dict[str, torch.Size]:
     return {name: shape for parts in released_layout(model).values() for name, shape in parts}
 
 
-def _listing(names: list[str], limit: int = 12) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
-
-
 def load_weights(
     model: nn.Module, tensors: dict[str, tuple[torch.Size, Callable[[], torch.Tensor]]], source: str
 ) -> None:
     """Copy released tensors (name -> (shape, loader)) into the model, strictly; loaders are called lazily."""
-    expected = released_shapes(model)
-    unknown = sorted(tensors.keys() - expected.keys())
-    missing = sorted(expected.keys() - tensors.keys())
-    mis_shaped = sorted(
-        f"{k} {tuple(tensors[k][0])} (expected {tuple(s)})"
-        for k, s in expected.items()
-        if k in tensors and tuple(tensors[k][0]) != tuple(s)
-    )
-    problems = [
-        f"{label}: {_listing(names)}"
-        for label, names in (("unknown tensors", unknown), ("missing tensors", missing), ("wrong shapes", mis_shaped))
-        if names
-    ]
+    problems = mismatches({name: shape for name, (shape, _) in tensors.items()}, released_shapes(model))
     if problems:
-        raise CheckpointError(f"{source} does not match the {type(model).__name__}: " + "; ".join(problems))
+        raise CheckpointError(f"{source} does not match the {type(model).__name__}: {problems}")
     params = model.state_dict(keep_vars=True)
     with torch.no_grad():
         for name, parts in released_layout(model).items():
@@ -135,7 +119,7 @@ def read_model_tensors(directory: Path) -> dict[str, tuple[torch.Size, Callable[
             entries = {k: (v.shape, lambda v=v: v) for k, v in state.items()}
         duplicated = sorted(entries.keys() & tensors.keys())
         if duplicated:
-            raise CheckpointError(f"tensors stored twice ({file.name}): {_listing(duplicated)}")
+            raise CheckpointError(f"tensors stored twice ({file.name}): {name_list(duplicated)}")
         tensors.update(entries)
     return tensors
 
