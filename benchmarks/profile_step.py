@@ -5,12 +5,13 @@
 Keys (milliseconds, medians):
 - admit_first / admit: wall time of the step(s) admitting B requests at once (eager backbone over every prompt, graphed
   tail; first time and again); this is what TTFB pays under a burst.
-- engine_step: EngineCore.step() wall time in steady state (scheduling, graph replay, D2H, chunk building).
-- step_graph: the decode step's graph replay (GPU time), fused kernels; `*_twin`: the same with the torch twins.
+- engine_step: EngineCore.step() wall time in steady state (scheduling, the pieces' graph replays, D2H, chunks).
+- step_graph: the decode step's pieces (head, Euler iterations, finish) captured as ONE graph and replayed (GPU
+  time, no gaps between replays), fused kernels; `*_twin`: the same with the torch twins.
 - step_eager: the same step run eagerly (wall time, synchronised): what the engine did before graphs.
 - cfm / vae / locdit_call: graphs of the CFM loop, the streaming VAE decode and one LocDiT estimator call
   at this batch; backbone = step_graph - cfm - vae (LocEnc, both LMs, FSQ, projections, stop head).
-- host = engine_step - step_graph: the host's share of a step (the GPU idles during it).
+- host = engine_step - step_graph: the host's share of a step and the gaps between the pieces' replays.
 - kernels_admit: the same for one admission of B requests (prefill step(s) until all decode).
 - kernels_eager: GPU kernel time of one eager step by kind (torch.profiler), fused kernels on; with --top N
   also the N kernels with the most time (`top_ms`).
@@ -143,7 +144,11 @@ def profile(core: EngineCore, batch: int, steps: int, top: int) -> dict[str, obj
     time_tok = dit.time_token(torch.full((2 * batch,), 0.5, device=runner.device, dtype=model.dtype))
 
     def step() -> object:
-        return runner._decode_body(slots, timesteps)
+        """The decode step's pieces as the engine runs them when every row has `timesteps` Euler steps."""
+        runner._decode_head(slots)
+        for _ in range(2, timesteps + 1):
+            runner._euler(batch)
+        return runner._finish(batch)
 
     def run_cfm() -> object:
         return cfm(mu, cond, noise, ones, 2 * ones, steps_t, timesteps)

@@ -1,108 +1,120 @@
-"""CUDA graphs of the engine step's fixed-shape parts.
+"""CUDA graphs of the engine step's fixed-shape pieces, and the buckets that pick them.
 
-ModelRunner keeps three sets in one shared memory pool. Two, `StepGraphs` per (batch bucket, Euler steps) over
-the same bucket list:
-- decode: the whole decode step of the running streams: the slot-state gathers, LocEnc, both LMs over the
-  paged KV pool at one position per stream, then the tail below. Its only input is the slot list.
-- prefill tail: the part of an admission step after the eager backbone (whose token count varies): the
-  tail below, on the last-position hiddens the backbone wrote into static buffers.
-The tail is one function of the runner in both: counter-based noise and settings from slot state,
-mu projections, the full CFM loop, stop head, the on-device feedback of the patch, the streaming VAE decode,
-ending in the packed [bucket, latents | audio | stop] result. Eager, a tail at B=1 is ~2,500 launches (the
-9 LocDiT calls dominate), ~70 ms of launch overhead on an H200; replayed, the launch cost is one call.
+ModelRunner runs a step as a short pipeline of graph replays over static buffers (model_runner.py):
+- decode head, per batch bucket: the whole one-position backbone of the running streams (slot-state gathers,
+  LocEnc, both LMs over the paged KV pool) and the solver's start (mu, noise, stop head). Input: the slot list.
+- prefill head, per batch bucket: the solver's start from the hiddens an admission's backbone left.
+- Euler iteration, per batch bucket: one CFM iteration, in place on the solver state. The iteration index is a
+  device counter that the heads reset and each iteration advances, so one graph serves every iteration of every
+  Euler-step count (requests choose 1-100). Rows come ordered by their count, most first: iteration k replays
+  the bucket of the rows that still have steps, so a request that asks for many steps costs its own rows only.
+- finish, per batch bucket: the on-device feedback of the patch, the streaming VAE decode, the packed result.
+- prefill backbone, per (token bucket, sequence bucket): the LMs over the prompts of a small text-only
+  admission; replayed, an admission of one request costs one launch instead of ~600, most of the time to first
+  audio at low load. Larger admissions are GPU-bound and run eagerly.
+Eager, one step at B=1 is ~2,500 launches (the 9 LocDiT calls dominate), ~70 ms of launch overhead on an H200;
+replayed, it is about a dozen.
 
-A batch of B rows runs in the smallest bucket >= B: the caller writes rows [:B] of the static inputs and
-pads the rest (the scratch slot, whose KV block and state nobody else uses; zero hiddens). The graphs share
-one memory pool: only one replays at a time (stream order), and the result a replay returns is a view of
-its graph's own output, which stays allocated, so a later replay of another graph cannot overwrite it.
+A piece over B rows replays the smallest bucket >= B: the caller writes rows [:B] of the static inputs and pads
+the rest (the scratch slot, whose KV block and state nobody else uses; zero hiddens), so padded rows are inert.
 
-The third, `PrefillGraphs`, holds the backbone of small text-only admissions per (token bucket, sequence bucket):
-replayed, an admission of one request costs one launch instead of ~600 (the LMs' layers), which is most of the
-time to first audio at low load. Larger admissions are GPU-bound and run eagerly.
-
-The Euler-step count is a loop bound inside the graph, hence part of the key. Graphs are captured at start
-only, for the default count and every bucket; a step with another count runs the same code eagerly. (Capturing
-on first use, mid-serve, beside live requests, broke graphed == eager for decode steps in a test on an H200,
-for a reason not found yet; a first-use capture would also stall that step.)
+All graphs share one memory pool: only one replays at a time (stream order), and no graph reads pool memory that
+another graph wrote. Each piece leaves its results in buffers outside the pool (slot state, the solver state, the
+heads' static inputs), except finish, whose output the runner copies to the host before any other replay and
+the prefill backbone, whose outputs it copies into the prefill head's inputs at once. (An output kept in the pool
+across other graphs' replays would be safe only if every later-captured graph also replayed later in each step.)
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+import itertools
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch
 
+K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 
 # Batch sizes that get a graph (up to max_num_seqs, which is always added). Denser at the low end, where a
 # padded row costs most relative to the batch; multiples of 32 above 64 keep GEMM tiles full.
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
 
-# (the static inputs' first `bucket` rows, max_timesteps) -> packed [bucket, W]
-StepBody = Callable[[list[torch.Tensor], int], torch.Tensor]
+# Admissions that get a backbone graph: up to this many sequences, text only, prompt positions up to the engine's
+# prefill_graph_tokens (the largest token bucket; smaller ones from PREFILL_TOKEN_BUCKETS).
+PREFILL_SEQ_BUCKETS = (1, 2, 4, 8)
+PREFILL_TOKEN_BUCKETS = (64, 128, 256, 512)
 
 
 def bucket_sizes(max_batch: int) -> list[int]:
     return sorted({b for b in BUCKETS if b < max_batch} | {max_batch})
 
 
-class StepGraphs:
-    """The graphs of one step body per (bucket, Euler steps) over static input buffers.
+def smallest_fit(sizes: Sequence[int], n: int) -> int | None:
+    """The smallest of the ascending `sizes` that holds n; None if none does."""
+    return next((size for size in sizes if size >= n), None)
 
-    `inputs`: (buffer [max_batch, ...], pad value) pairs; the body reads each buffer's first `bucket` rows.
-    Warm-up and capture run on the pad values only (capture records, but the warm-up really executes the
-    body's side effects, which must therefore touch scratch state only).
-    """
+
+@dataclass(frozen=True, slots=True)
+class PrefillBuckets:
+    """The (token bucket, sequence bucket) keys of the prefill backbone graphs."""
+
+    tokens: list[int]
+    seqs: list[int]
+
+    @classmethod
+    def up_to(cls, max_tokens: int, max_seqs: int) -> PrefillBuckets:
+        tokens = sorted({t for t in PREFILL_TOKEN_BUCKETS if t < max_tokens} | {max_tokens})
+        return cls(tokens, [s for s in PREFILL_SEQ_BUCKETS if s <= max_seqs])
+
+    def keys(self) -> list[tuple[int, int]]:
+        return list(itertools.product(self.tokens, self.seqs))
+
+    def key_for(self, tokens: int, seqs: int) -> tuple[int, int] | None:
+        """The smallest key holding an admission of `tokens` prompt positions over `seqs` sequences, if any."""
+        token_bucket, seq_bucket = smallest_fit(self.tokens, tokens), smallest_fit(self.seqs, seqs)
+        if token_bucket is None or seq_bucket is None:
+            return None
+        return token_bucket, seq_bucket
+
+
+class GraphSet(Generic[K, T]):
+    """The graphs of one body per key. `body(key)` reads static buffers that the caller's `fill` writes before each
+    replay; `prepare(key)` writes inert inputs (the scratch slot, zeros) for the warm-up and the capture, because
+    the warm-up really executes the body: it must touch scratch state only."""
 
     def __init__(
         self,
-        body: StepBody,
-        inputs: Sequence[tuple[torch.Tensor, float]],
-        buckets: list[int],
+        body: Callable[[K], T],
+        keys: Sequence[K],
+        device: torch.device,
         pool: tuple[int, int],
+        prepare: Callable[[K], None] | None = None,
     ) -> None:
         self.body = body
-        self.inputs = list(inputs)
-        self.buckets = buckets
-        self.device = self.inputs[0][0].device
-        assert all(buf.shape[0] >= buckets[-1] for buf, _ in self.inputs)
+        self.keys = list(keys)
+        self.prepare = prepare
+        self.device = device
         self._pool = pool
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._graphs: dict[K, tuple[torch.cuda.CUDAGraph, T]] = {}
 
-    def bucket_for(self, batch: int) -> int | None:
-        """The smallest bucket holding `batch` rows; None if the batch is larger than every bucket."""
-        for bucket in self.buckets:
-            if bucket >= batch:
-                return bucket
-        return None
+    def capture_all(self) -> None:
+        # Largest first (keys ascend): later, smaller graphs then fit in the pool memory the first one reserved.
+        for key in reversed(self.keys):
+            if self.prepare is not None:
+                self.prepare(key)
+            self._graphs[key] = capture(functools.partial(self.body, key), self.device, self._pool)
 
-    def capture_all(self, max_timesteps: int) -> None:
-        # Largest first: later (smaller) graphs then fit in the pool memory the first one reserved.
-        for bucket in reversed(self.buckets):
-            self._graphs[(bucket, max_timesteps)] = self._capture(bucket, max_timesteps)
-
-    def has_graph(self, batch: int, max_timesteps: int) -> bool:
-        bucket = self.bucket_for(batch)
-        return bucket is not None and (bucket, max_timesteps) in self._graphs
-
-    def run(self, batch: int, max_timesteps: int, fill: Callable[[int], None]) -> torch.Tensor:
-        """Replay the step for `batch` rows (`has_graph` must be true). `fill(bucket)` writes rows [:batch] of
-        every input buffer and pads rows [batch:bucket]. Returns the packed result [batch, W], a view of the
-        graph's output: read it before the next replay of the same graph."""
-        bucket = self.bucket_for(batch)
-        assert bucket is not None, f"batch {batch} exceeds the largest graph bucket {self.buckets[-1]}"
-        graph, out = self._graphs[(bucket, max_timesteps)]
-        fill(bucket)
+    def run(self, key: K, fill: Callable[[], None] | None = None) -> T:
+        """Replay the graph of `key` after `fill()` wrote its inputs; returns the body's outputs (whole buckets),
+        which the next replay of the same graph overwrites."""
+        graph, out = self._graphs[key]
+        if fill is not None:
+            fill()
         graph.replay()
-        return out[:batch]
-
-    def _capture(self, bucket: int, max_timesteps: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        views = [buf[:bucket] for buf, _ in self.inputs]
-        for view, (_, pad) in zip(views, self.inputs, strict=True):
-            view.fill_(pad)  # warm-up and capture touch only scratch state
-        return capture(lambda: self.body(views, max_timesteps), self.device, self._pool)
+        return out
 
 
 def capture(fn: Callable[[], T], device: torch.device, pool: tuple[int, int]) -> tuple[torch.cuda.CUDAGraph, T]:
@@ -118,55 +130,3 @@ def capture(fn: Callable[[], T], device: torch.device, pool: tuple[int, int]) ->
     with torch.cuda.graph(graph, pool=pool):
         out = fn()
     return graph, out
-
-
-# Admissions that get a backbone graph: up to this many sequences, text only, prompt positions up to the engine's
-# prefill_graph_tokens (the largest bucket; smaller ones from PREFILL_TOKEN_BUCKETS).
-PREFILL_SEQ_BUCKETS = (1, 2, 4, 8)
-PREFILL_TOKEN_BUCKETS = (64, 128, 256, 512)
-
-
-class PrefillGraphs:
-    """Graphs of one body per (token bucket, sequence bucket). The body reads static inputs that the caller's
-    `fill` writes before each replay (padded to the key's sizes); `prepare(key)` writes an admission of no
-    sequence at those sizes for warm-up and capture, so that they touch only scratch state."""
-
-    def __init__(
-        self,
-        body: Callable[[int, int], T],
-        prepare: Callable[[int, int], None],
-        max_tokens: int,
-        max_seqs: int,
-        device: torch.device,
-        pool: tuple[int, int],
-    ) -> None:
-        self.body = body
-        self.prepare = prepare
-        self.token_buckets = sorted({t for t in PREFILL_TOKEN_BUCKETS if t < max_tokens} | {max_tokens})
-        self.seq_buckets = [s for s in PREFILL_SEQ_BUCKETS if s <= max_seqs]
-        self.device = device
-        self._pool = pool
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, T]] = {}
-
-    def key_for(self, tokens: int, seqs: int) -> tuple[int, int] | None:
-        """The smallest (token bucket, sequence bucket) holding an admission; None if none does."""
-        token_bucket = next((t for t in self.token_buckets if t >= tokens), None)
-        seq_bucket = next((s for s in self.seq_buckets if s >= seqs), None)
-        if token_bucket is None or seq_bucket is None:
-            return None
-        return token_bucket, seq_bucket
-
-    def capture_all(self) -> None:
-        for tokens in reversed(self.token_buckets):  # largest first, as StepGraphs.capture_all
-            for seqs in reversed(self.seq_buckets):
-                self.prepare(tokens, seqs)
-                self._graphs[(tokens, seqs)] = capture(
-                    functools.partial(self.body, tokens, seqs), self.device, self._pool
-                )
-
-    def run(self, key: tuple[int, int], fill: Callable[[], None]) -> T:
-        """Replay the graph of `key` after `fill()` wrote its inputs; returns the body's outputs (full buckets)."""
-        graph, out = self._graphs[key]
-        fill()
-        graph.replay()
-        return out

@@ -87,7 +87,7 @@ class EngineCore:
             if not batch:
                 return []
             result = self.runner.run(batch)
-            self.scheduler.postprocess(batch, result.stops)
+            self.scheduler.postprocess(result.seqs, result.stops)
         except Exception as exc:
             self._fail()
             raise EngineError(f"engine step failed: {exc!r}") from exc
@@ -96,7 +96,7 @@ class EngineCore:
         latents = result.latents.copy()
         chunks = [
             AudioChunk(seq.request_id, seq.num_generated - 1, result.samples[i], latents[i], seq.finish_reason)
-            for i, seq in enumerate(batch)
+            for i, seq in enumerate(result.seqs)
         ]
         self._record(len(batch), time.perf_counter() - start)
         return chunks

@@ -1,13 +1,17 @@
 """The device side of the engine: weights, the KV pool, per-slot state, and every host<->device copy.
 
-One `run(batch)` is one engine step. The running streams decode in one forward (replayed from a CUDA graph
-per batch bucket on CUDA, see cuda_graphs.py); newly admitted requests prefill in a second forward of the
-same step, whose backbone (LM over the prompt positions, variable length) replays from a graph per (token,
-sequence) bucket when the admission is small and text-only and runs eagerly otherwise, and whose tail
-(`_tail_body`: CFM, stop head, feedback, VAE, packing; fixed shapes per batch) replays from a second set of
-graphs. The decode graph runs the same `_tail_body` after a one-position backbone. Both feed their generated
-patches back into per-slot device buffers, decode them to audio with the streaming VAE, and the step brings
-latents, audio and stop flags back in ONE device->host copy.
+One `run(batch)` is one engine step, in two parts: the running streams (decode) and the requests admitted this step
+(prefill). Each part is a pipeline over static device buffers, replayed piece by piece from CUDA graphs per batch
+bucket on CUDA (cuda_graphs.py) and run eagerly, the same code, elsewhere:
+1. head: the backbone, then the solver's start (`VoxCPMModel.start`) into the static solver state `flow`.
+   Decode: the one-position backbone from slot state, inside the decode head's graph. Prefill: the backbone over
+   the prompts (variable length: replayed from a graph per (token, sequence) bucket when the admission is small
+   and text only, eager otherwise), then the prefill head's graph from its hiddens.
+2. the Euler iterations, in place on `flow`: a part's rows come ordered by their Euler-step count, most first, and
+   iteration k runs on the rows that still have steps, a prefix. Every count 1-100 replays the same graphs, and a
+   request asking for many steps costs the others nothing but its own rows' work.
+3. finish: the generated patches are fed back into per-slot device buffers and decoded to audio by the streaming
+   VAE; the packed [latents | audio | stop] rows are copied to the host. A step waits for the device ONCE.
 
 Per-slot device state (indexed by `Sequence.slot`, written at admission, read by every step):
 - `slot_patch`: the patch a request generated last; the next step's input position for that request.
@@ -19,29 +23,31 @@ Per-slot device state (indexed by `Sequence.slot`, written at admission, read by
 - the streaming VAE decoder's causal context (owned by `StreamingVAEDecoder`).
 A decode step therefore needs from the host only the list of slots.
 
-Slot `max_num_seqs` and KV block `num_kv_blocks` are scratch: graph rows past the batch point at them.
+Slot `max_num_seqs` and KV block `num_kv_blocks` are scratch: padded graph rows point at them.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import torch
 
-from engine.batch import AttentionMetadata, BackboneInputs, ModelOutputs
+from engine.batch import AttentionMetadata, BackboneInputs
 from engine.config import EngineConfig
-from engine.cuda_graphs import PrefillGraphs, StepGraphs, bucket_sizes
+from engine.cuda_graphs import GraphSet, PrefillBuckets, bucket_sizes, smallest_fit
 from engine.models.voxcpm.checkpoint import LoadedVoxCPM, load_voxcpm
 from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
 from engine.noise import standard_normal
 from engine.outputs import ModelInfo
-from engine.params import GenerationParams
 from engine.sequence import Sequence
+
+T = TypeVar("T")
 
 # The reference decodes continuation output together with up to 3 trailing prompt patches
 # (`streaming_prefix_len - 1`); priming the streaming decoder with them reproduces that audio.
@@ -54,11 +60,36 @@ class NoiseSource(Protocol):
 
 @dataclass(slots=True)
 class StepResult:
-    """Host copies of one step's results, row i for batch[i]."""
+    """Host copies of one step's results, row i for seqs[i] (the step's sequences in the order they ran)."""
 
+    seqs: list[Sequence]
     latents: np.ndarray  # float32 [B, P, D]
     samples: np.ndarray  # float32 [B, P * samples_per_frame]
     stops: list[bool]
+
+
+@dataclass(slots=True)
+class StepGraphs:
+    """The runner's CUDA graphs: the step's pieces per batch bucket, the backbone of small text-only admissions
+    per (token, sequence) bucket (None when prefill_graph_tokens is 0)."""
+
+    buckets: list[int]
+    decode_head: GraphSet[int, None]
+    prefill_head: GraphSet[int, None]
+    euler: GraphSet[int, None]
+    finish: GraphSet[int, torch.Tensor]
+    backbone: GraphSet[tuple[int, int], tuple[torch.Tensor, ...]] | None
+    backbone_buckets: PrefillBuckets | None
+
+    def bucket(self, rows: int) -> int:
+        bucket = smallest_fit(self.buckets, rows)
+        assert bucket is not None, f"{rows} rows exceed the largest graph bucket {self.buckets[-1]}"
+        return bucket
+
+    def replay(self, graphs: GraphSet[int, T], rows: int) -> T:
+        """A piece over the first `rows` rows of its static inputs: the graph of the smallest bucket holding them
+        (the head left the padded rows inert)."""
+        return graphs.run(self.bucket(rows))
 
 
 @contextlib.contextmanager
@@ -68,9 +99,9 @@ def native_convs() -> Iterator[None]:
     cuDNN builds an execution plan for every new conv shape, at about 35 ms a conv, and caches it per thread:
     measured on an H200, an admission step whose number of newcomers the engine thread had not seen before took
     ~920 ms instead of ~90 ms. These calls come in ever new shapes (batch of newcomers, prompt lengths), so they
-    skip cuDNN. The step's own VAE decode (`_tail_body`, decode and prefill alike) keeps cuDNN: graphed, its
-    plans are baked in at capture for the bucket shapes; under enforce_eager it runs the graphs' code
-    unchanged (cuDNN included) so that eager and graphed steps give the same bits.
+    skip cuDNN. The step's own VAE decode (`_finish`) keeps cuDNN: graphed, its plans are baked in at capture for
+    the bucket shapes; under enforce_eager it runs the graphs' code unchanged (cuDNN included) so that eager and
+    graphed steps give the same bits.
     """
     with torch.backends.cudnn.flags(enabled=False):
         yield
@@ -87,6 +118,11 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     names = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     return names[name]
+
+
+def most_steps_first(seqs: list[Sequence]) -> list[Sequence]:
+    """Rows in the order the solver wants them: Euler-step count descending (stable, so usually unchanged)."""
+    return sorted(seqs, key=lambda seq: -seq.params.inference_timesteps)
 
 
 class ModelRunner:
@@ -133,6 +169,23 @@ class ModelRunner:
             (num_slots, self.max_blocks_per_seq), self.scratch_block, dtype=torch.int32, device=self.device
         )
 
+        # The static buffers of a step part (at most max_num_seqs rows): the solver state with its rows' slots,
+        # stop flags and the Euler iteration counter (see `_start`), and the prefill head's inputs with their pad
+        # values (the scratch slot, zero hiddens).
+        rows = config.max_num_seqs
+        self.flow = self.model.flow_buffers(rows)
+        self.flow_slots = torch.full((rows,), self.scratch_slot, dtype=torch.int64, device=self.device)
+        self.flow_stop = torch.zeros(rows, dtype=torch.bool, device=self.device)
+        self.flow_k = torch.zeros((), dtype=torch.int64, device=self.device)
+        model = self.model
+        self._head_inputs: list[tuple[torch.Tensor, float]] = [
+            (torch.full((rows,), self.scratch_slot, dtype=torch.int64, device=self.device), self.scratch_slot),
+            (torch.zeros(rows, model.lm_to_dit_proj.in_features, dtype=self.dtype, device=self.device), 0.0),
+            (torch.zeros(rows, model.res_to_dit_proj.in_features, dtype=self.dtype, device=self.device), 0.0),
+            (torch.zeros(rows, self.patch_size, self.feat_dim, dtype=self.dtype, device=self.device), 0.0),
+        ]
+        self.packed_width = self.patch_size * self.feat_dim + self.patch_size * self.vae.decode_chunk_size + 1
+
         self.info = ModelInfo(
             name=Path(config.model.rstrip("/")).name,
             architecture=checkpoint.config.architecture,
@@ -143,58 +196,65 @@ class ModelRunner:
             samples_per_patch=self.patch_size * self.vae.decode_chunk_size,
             supports_reference=checkpoint.config.is_v2,
         )
-        # CUDA graphs: `graphs` replays whole decode steps, `prefill_graphs` the tail of admission steps. Both
-        # over the same buckets (the largest is max_num_seqs, so every decode batch and every admission batch
-        # has one) and one memory pool.
         self.graphs: StepGraphs | None = None
-        self.prefill_graphs: StepGraphs | None = None
-        self.backbone_graphs: PrefillGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager:
-            self._capture_graphs(config.max_num_seqs, GenerationParams().inference_timesteps)
-            if config.prefill_graph_tokens:
-                self._capture_backbone_graphs(config.prefill_graph_tokens, config.max_num_seqs)
+            self.graphs = self._capture_graphs(config.max_num_seqs, config.prefill_graph_tokens)
 
-    def _capture_graphs(self, max_batch: int, max_timesteps: int) -> None:
-        buckets = bucket_sizes(max_batch)
-        pool = self._graph_pool = torch.cuda.graph_pool_handle()
-        # Static inputs. Decode: the slot list, staged through pinned memory in one host->device copy.
-        self._decode_slots = torch.full((max_batch,), self.scratch_slot, dtype=torch.int64, device=self.device)
-        self._decode_staging = torch.empty(max_batch, dtype=torch.int64, pin_memory=self.device.type == "cuda")
-        self.graphs = StepGraphs(
-            lambda views, steps: self._decode_body(views[0], steps),
-            [(self._decode_slots, self.scratch_slot)],
-            buckets,
-            pool,
-        )
-        # Prefill tail: the slots and what the eager backbone leaves per sequence; padded rows get the scratch
-        # slot and zero hiddens (finite, and rows are independent, so they never touch a real row's result).
-        model = self.model
-        tail_inputs = [
-            (torch.full((max_batch,), self.scratch_slot, dtype=torch.int64, device=self.device), self.scratch_slot),
-            (torch.zeros(max_batch, model.lm_to_dit_proj.in_features, dtype=self.dtype, device=self.device), 0.0),
-            (torch.zeros(max_batch, model.res_to_dit_proj.in_features, dtype=self.dtype, device=self.device), 0.0),
-            (torch.zeros(max_batch, self.patch_size, self.feat_dim, dtype=self.dtype, device=self.device), 0.0),
-        ]
-        self.prefill_graphs = StepGraphs(
-            lambda views, steps: self._tail_body(*views, steps), tail_inputs, buckets, pool
+    def _capture_graphs(self, max_rows: int, prefill_graph_tokens: int) -> StepGraphs:
+        """Every graph, at start (capturing mid-serve would stall that step). Inert inputs for the warm-ups and
+        captures: the scratch slot everywhere, so they touch scratch state only."""
+        device, pool = self.device, torch.cuda.graph_pool_handle()
+        buckets = bucket_sizes(max_rows)
+        # The decode head's input: the slot list, staged through pinned memory in one host->device copy.
+        self._decode_slots = torch.full((max_rows,), self.scratch_slot, dtype=torch.int64, device=device)
+        self._decode_staging = torch.empty(max_rows, dtype=torch.int64, pin_memory=device.type == "cuda")
+
+        def pad_decode(bucket: int) -> None:
+            self._decode_slots[:bucket].fill_(self.scratch_slot)
+
+        def pad_head(bucket: int) -> None:
+            for static, pad in self._head_inputs:
+                static[:bucket].fill_(pad)
+
+        def pad_finish(bucket: int) -> None:
+            self.flow_slots[:bucket].fill_(self.scratch_slot)
+
+        backbone, backbone_buckets = None, None
+        if prefill_graph_tokens:
+            backbone_buckets = PrefillBuckets.up_to(prefill_graph_tokens, max_rows)
+            # One packed buffer for every key (one graph replays at a time) and the prompt latents, which stay zero
+            # (text only).
+            size = self._packed_size(prefill_graph_tokens, backbone_buckets.seqs[-1])
+            self._prefill_static = torch.zeros(size, dtype=torch.int64, device=device)
+            self._prefill_static_feats = torch.zeros(
+                prefill_graph_tokens, self.patch_size, self.feat_dim, device=device
+            )
+            backbone = GraphSet(
+                lambda key: self._prefill_backbone_body(*key),
+                backbone_buckets.keys(),
+                device,
+                pool,
+                lambda key: self._prepare_prefill_graph(*key),
+            )
+        graphs = StepGraphs(
+            buckets=buckets,
+            decode_head=GraphSet(
+                lambda b: self._decode_head(self._decode_slots[:b]), buckets, device, pool, pad_decode
+            ),
+            prefill_head=GraphSet(
+                lambda b: self._start(*(static[:b] for static, _ in self._head_inputs)), buckets, device, pool, pad_head
+            ),
+            euler=GraphSet(self._euler, buckets, device, pool),
+            finish=GraphSet(self._finish, buckets, device, pool, pad_finish),
+            backbone=backbone,
+            backbone_buckets=backbone_buckets,
         )
         with torch.inference_mode():
-            self.model.feat_decoder.schedule_tables(self.dtype, self.device)  # built outside any capture
-            # Decode first: its largest graph (backbone + tail) reserves the pool the tails then reuse.
-            self.graphs.capture_all(max_timesteps)
-            self.prefill_graphs.capture_all(max_timesteps)
-
-    def _capture_backbone_graphs(self, max_tokens: int, max_seqs: int) -> None:
-        """Graphs of the prefill backbone over static inputs: the packed integers of `_pack_prefill` (one buffer
-        for every key: one graph replays at a time) and the prompt latents, which stay zero (text only)."""
-        body, prepare = self._prefill_backbone_body, self._prepare_prefill_graph
-        self.backbone_graphs = PrefillGraphs(body, prepare, max_tokens, max_seqs, self.device, self._graph_pool)
-        rows = self.backbone_graphs.seq_buckets[-1]
-        size = self._packed_size(max_tokens, rows)
-        self._prefill_static = torch.zeros(size, dtype=torch.int64, device=self.device)
-        self._prefill_static_feats = torch.zeros(max_tokens, self.patch_size, self.feat_dim, device=self.device)
-        with torch.inference_mode():
-            self.backbone_graphs.capture_all()
+            self.model.feat_decoder.schedule_tables(self.dtype, device)  # built outside any capture
+            for graph_set in (graphs.decode_head, graphs.finish, graphs.euler, graphs.prefill_head, backbone):
+                if graph_set is not None:
+                    graph_set.capture_all()
+        return graphs
 
     def _prefill_backbone_body(
         self, tokens: int, rows: int
@@ -259,24 +319,39 @@ class ModelRunner:
             noise=self.noise(self.slot_seed[slots], steps, (self.feat_dim, self.patch_size)),
         )
 
-    def _emit(self, slots: torch.Tensor, outputs: ModelOutputs) -> torch.Tensor:
-        """Feed the patches back into the slots, decode them to audio; packed [B, latents | samples | stop]."""
-        patches = outputs.patches.float()  # [B, P, D]
+    # the step's pieces (each a graph body: fixed shapes per row count, no host sync)
+
+    def _start(self, slots: torch.Tensor, lm_h: torch.Tensor, res_h: torch.Tensor, cond: torch.Tensor) -> None:
+        """Every head's end: the solver's start of B rows (slots int64 [B], `model.backbone`'s hiddens) into rows
+        [:B] of the static solver state, their slots and stop flags; the Euler iteration counter back to 2 (step 1
+        is a zero-velocity step for every row, see cfm.py)."""
+        rows = slots.shape[0]
+        state, stop = self.model.start(lm_h, res_h, cond, **self._slot_settings(slots))
+        self.flow.rows(rows).copy_(state)
+        self.flow_slots[:rows].copy_(slots)
+        self.flow_stop[:rows].copy_(stop)
+        self.flow_k.fill_(2)
+
+    def _decode_head(self, slots: torch.Tensor) -> None:
+        """The decode head of the streams in `slots` (int64 [B] on the device): the one-position backbone, then the
+        solver's start. Everything comes from slot state, so the whole head is captured."""
+        self._start(slots, *self.model.backbone(self._decode_inputs(slots)))
+
+    def _euler(self, rows: int) -> None:
+        """One Euler iteration over the first `rows` rows of the solver state; the counter moves on."""
+        self.model.feat_decoder.step(self.flow.rows(rows), self.flow_k)
+        self.flow_k += 1
+
+    def _finish(self, rows: int) -> torch.Tensor:
+        """Feed the first `rows` rows' patches back into their slots and decode them to audio: packed
+        [rows, latents | samples | stop] float32."""
+        slots = self.flow_slots[:rows]
+        patches = self.flow.x[:rows].float()  # [B, P, D]
         self.slot_patch[slots] = patches
         self.slot_step[slots] += 1
         samples = self.vae_decoder.decode(slots, patches.transpose(1, 2))  # [B, D, P] -> [B, P * hop]
-        return torch.cat([patches.flatten(1), samples, outputs.stop.float().unsqueeze(1)], dim=1)
-
-    def _tail_body(
-        self, slots: torch.Tensor, lm_h: torch.Tensor, res_h: torch.Tensor, cond: torch.Tensor, max_timesteps: int
-    ) -> torch.Tensor:
-        """Everything of a step after the backbone, for decode and prefill alike: fixed shapes per batch size
-        and everything else derived on the device from slot state, so that it can be captured. slots int64
-        [B], `model.backbone`'s (lm_h, res_h, cond) -> packed [B, latents | samples | stop]."""
-        outputs = self.model.generate(lm_h, res_h, cond, **self._slot_settings(slots), max_timesteps=max_timesteps)
-        packed = self._emit(slots, outputs)
         self.slot_step[self.scratch_slot :].zero_()  # keeps padded rows at position 0 of the scratch block
-        return packed
+        return torch.cat([patches.flatten(1), samples, self.flow_stop[:rows].float().unsqueeze(1)], dim=1)
 
     def _decode_inputs(self, slots: torch.Tensor) -> BackboneInputs:
         """The backbone's inputs of a decode step (one position per stream), derived on the device from slot
@@ -306,33 +381,108 @@ class ModelRunner:
             text_only=False,
         )
 
-    def _eager_convs(self) -> contextlib.AbstractContextManager[None]:
-        """With graphs on, an eager step is the exception (an Euler-step count without graphs) and comes in
-        shapes the engine thread has not seen: native convolutions, see native_convs(). Under enforce_eager the
-        step keeps cuDNN, as the graphs do, so that eager and graphed runs can be compared bit for bit."""
-        return native_convs() if self.graphs is not None else contextlib.nullcontext()
+    # one step
 
-    def _decode_body(self, slots: torch.Tensor, max_timesteps: int) -> torch.Tensor:
-        """One decode step of the streams in `slots` (int64 [B] on the device): the one-position backbone, then
-        the tail. Everything comes from slot state, so the whole step is captured (`graphs`)."""
-        return self._tail_body(slots, *self.model.backbone(self._decode_inputs(slots)), max_timesteps)
+    @torch.inference_mode()
+    def run(self, batch: list[Sequence]) -> StepResult:
+        """One step: the running streams decode, the admitted requests prefill, each part through head, Euler
+        iterations and finish (graphed when there are graphs); one device->host copy per part, one wait."""
+        decodes = most_steps_first([seq for seq in batch if not seq.is_prefill])
+        prefills = most_steps_first([seq for seq in batch if seq.is_prefill])
+        seqs = decodes + prefills
+        cuda = self.device.type == "cuda"
+        # A fresh pinned buffer (the host allocator caches them): the chunks handed out keep views of it.
+        host = torch.empty((len(seqs), self.packed_width), pin_memory=cuda)
+        if decodes:
+            self._decode(decodes)
+            self._solve(decodes, host[: len(decodes)])
+        if prefills:
+            self._admit(prefills)
+            self._prefill(prefills)
+            self._solve(prefills, host[len(decodes) :])
+        if cuda:
+            torch.cuda.current_stream(self.device).synchronize()
+        host_np = host.numpy()
+        latent_size = self.patch_size * self.feat_dim
+        return StepResult(
+            seqs=seqs,
+            latents=host_np[:, :latent_size].reshape(len(seqs), self.patch_size, self.feat_dim),
+            samples=host_np[:, latent_size:-1],
+            stops=(host_np[:, -1] > 0.5).tolist(),
+        )
 
-    def _decode(self, seqs: list[Sequence], max_timesteps: int) -> torch.Tensor:
+    def _decode(self, seqs: list[Sequence]) -> None:
+        """The decode head of the running streams `seqs`."""
         slots = np.array([seq.slot for seq in seqs], dtype=np.int64)
-        batch = len(slots)
-        if self.graphs is None or not self.graphs.has_graph(batch, max_timesteps):
-            with self._eager_convs():
-                return self._decode_body(self._to_device(slots), max_timesteps)
+        graphs = self.graphs
+        if graphs is None:
+            self._decode_head(self._to_device(slots))
+            return
+        rows, bucket = len(slots), graphs.bucket(len(slots))
 
-        def fill(bucket: int) -> None:
+        def fill() -> None:
             # One host->device copy; the host waits for every step's result before preparing the next, so the
             # staging buffer is free to reuse.
             staging = self._decode_staging.numpy()
-            staging[:batch] = slots
-            staging[batch:bucket] = self.scratch_slot
+            staging[:rows] = slots
+            staging[rows:bucket] = self.scratch_slot
             self._decode_slots[:bucket].copy_(self._decode_staging[:bucket], non_blocking=True)
 
-        return self.graphs.run(batch, max_timesteps, fill)
+        graphs.decode_head.run(bucket, fill)
+
+    def _prefill(self, seqs: list[Sequence]) -> None:
+        """The prefill head of newly admitted requests: the backbone over their prompts (graphed for small
+        text-only admissions, else eager), then the solver's start."""
+        graphs = self.graphs
+        key = None
+        if graphs is not None and graphs.backbone_buckets is not None and not any(seq.audio_mask.any() for seq in seqs):
+            key = graphs.backbone_buckets.key_for(sum(seq.num_prompt for seq in seqs), len(seqs))
+        if key is None:
+            inputs, slots = self._prefill_inputs(seqs)
+            outputs = (slots, *self.model.backbone(inputs))
+        else:
+            assert graphs is not None and graphs.backbone is not None
+            packed = self._host(self._pack_prefill(seqs, *key))
+
+            def fill_backbone() -> None:
+                self._prefill_static[: packed.numel()].copy_(packed, non_blocking=True)
+
+            outputs = graphs.backbone.run(key, fill_backbone)
+        self._prefill_head(len(seqs), outputs)
+
+    def _prefill_head(self, rows: int, outputs: tuple[torch.Tensor, ...]) -> None:
+        """The solver's start from an admission's backbone outputs (slots, lm_h, res_h, cond; their first `rows`
+        rows are the admission's): graphed, through the prefill head's static inputs, padded to the bucket."""
+        graphs = self.graphs
+        if graphs is None:
+            self._start(*(value[:rows] for value in outputs))
+            return
+        bucket = graphs.bucket(rows)
+
+        def fill() -> None:
+            # Device-to-device copies into the static inputs (the hiddens never leave the device).
+            for (static, pad), value in zip(self._head_inputs, outputs, strict=True):
+                static[:rows].copy_(value[:rows])
+                static[rows:bucket].fill_(pad)
+
+        graphs.prefill_head.run(bucket, fill)
+
+    def _solve(self, seqs: list[Sequence], out: torch.Tensor) -> None:
+        """After a head over `seqs` (most Euler steps first): the Euler iterations, iteration k over the rows that
+        still have steps (a prefix), then finish, whose packed rows are copied into `out` (host) at once."""
+        graphs = self.graphs
+        euler: Callable[[int], object] = self._euler
+        finish: Callable[[int], torch.Tensor] = self._finish
+        if graphs is not None:  # the same bodies, replayed over the smallest bucket holding the rows
+            euler = functools.partial(graphs.replay, graphs.euler)
+            finish = functools.partial(graphs.replay, graphs.finish)
+        steps = [seq.params.inference_timesteps for seq in seqs]
+        active = len(seqs)
+        for k in range(2, steps[0] + 1):
+            while steps[active - 1] < k:
+                active -= 1
+            euler(active)
+        out.copy_(finish(len(seqs))[: len(seqs)], non_blocking=True)
 
     def _packed_size(self, tokens: int, rows: int) -> int:
         return 4 * tokens + 4 * rows + 1 + rows * self.max_blocks_per_seq
@@ -418,76 +568,6 @@ class ModelRunner:
         max_seqlen = max(seq.num_prompt for seq in seqs)
         text_only = not any(seq.audio_mask.any() for seq in seqs)
         return self._unpack_prefill(packed, feats, tokens, len(seqs), max_seqlen, max_seqlen, text_only)
-
-    def _prefill(self, seqs: list[Sequence], max_timesteps: int) -> torch.Tensor:
-        """Admission step: the backbone over the prompts (graphed for small text-only admissions, else eager),
-        then the tail."""
-        graphs = self.backbone_graphs
-        key = None
-        if graphs is not None and not any(seq.audio_mask.any() for seq in seqs):
-            key = graphs.key_for(sum(seq.num_prompt for seq in seqs), len(seqs))
-        if key is None:
-            inputs, slots = self._prefill_inputs(seqs)
-            return self._tail(slots, *self.model.backbone(inputs), max_timesteps)
-        packed = self._host(self._pack_prefill(seqs, *key))
-
-        def fill() -> None:
-            self._prefill_static[: packed.numel()].copy_(packed, non_blocking=True)
-
-        b = len(seqs)
-        slots, lm_h, res_h, cond = graphs.run(key, fill)
-        return self._tail(slots[:b], lm_h[:b], res_h[:b], cond[:b], max_timesteps)
-
-    def _tail(
-        self, slots: torch.Tensor, lm_h: torch.Tensor, res_h: torch.Tensor, cond: torch.Tensor, max_timesteps: int
-    ) -> torch.Tensor:
-        """`_tail_body` of B rows, replayed from `prefill_graphs` (the bucket >= B) when there are graphs."""
-        batch = slots.shape[0]
-        graphs = self.prefill_graphs
-        if graphs is None or not graphs.has_graph(batch, max_timesteps):
-            with self._eager_convs():
-                return self._tail_body(slots, lm_h, res_h, cond, max_timesteps)
-
-        def fill(bucket: int) -> None:
-            # Device-to-device copies into the static inputs (the hiddens never leave the device).
-            for (static, pad), value in zip(graphs.inputs, (slots, lm_h, res_h, cond), strict=True):
-                static[:batch].copy_(value)
-                static[batch:bucket].fill_(pad)
-
-        return graphs.run(batch, max_timesteps, fill)
-
-    @torch.inference_mode()
-    def run(self, batch: list[Sequence]) -> StepResult:
-        """One step: running streams decode (graphed when possible), admissions prefill in the same step (eager
-        backbone, graphed tail), so an admission neither stalls the running streams nor turns their step eager."""
-        num_decode = sum(not seq.is_prefill for seq in batch)
-        decodes, prefills = batch[:num_decode], batch[num_decode:]
-        assert all(seq.is_prefill for seq in prefills), "the scheduler puts decodes before prefills"
-        parts = []
-        # The CFM loop bound (known here: no device read) is part of a graph's key, so each forward uses its own
-        # rows' maximum. A larger bound would not change a row's result: its extra Euler steps have dt = 0.
-        if decodes:
-            parts.append(self._decode(decodes, max(seq.params.inference_timesteps for seq in decodes)))
-        if prefills:
-            self._admit(prefills)
-            parts.append(self._prefill(prefills, max(seq.params.inference_timesteps for seq in prefills)))
-        packed = parts[0] if len(parts) == 1 else torch.cat(parts)
-
-        # One device->host copy per step: latents, audio and stop flags side by side.
-        b, latent_size = len(batch), self.patch_size * self.feat_dim
-        if self.device.type == "cuda":
-            # A fresh pinned buffer (the host allocator caches them): the chunks handed out keep views of it.
-            host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
-            host.copy_(packed, non_blocking=True)
-            torch.cuda.current_stream(self.device).synchronize()
-        else:
-            host = packed
-        host_np = host.numpy()
-        return StepResult(
-            latents=host_np[:, :latent_size].reshape(b, self.patch_size, self.feat_dim),
-            samples=host_np[:, latent_size:-1],
-            stops=(host_np[:, -1] > 0.5).tolist(),
-        )
 
     @torch.inference_mode()
     def encode_audio(self, wav: np.ndarray, padding: str) -> np.ndarray:

@@ -78,32 +78,39 @@ def test_encode_audio_pads_to_whole_patches(checkpoint, padding):
 
 
 def _single_forward_runner(runner: ModelRunner, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make `runner` step as before the backbone/generate split: one single-function forward over ModelInputs,
-    then `_emit`, with a larger CFM loop bound than the rows need (the old prefill used the whole step's)."""
+    """Make `runner` step as before the backbone/start/Euler split: one single-function forward over ModelInputs
+    per step part, every row through every iteration of a larger CFM loop bound than the rows need, leaving its
+    patches and stop flags where the solver leaves its own, so that `_finish` packs them as usual."""
 
-    def forward(slots: torch.Tensor, inputs: BackboneInputs, max_timesteps: int) -> torch.Tensor:
+    def head(slots: torch.Tensor, inputs: BackboneInputs) -> None:
         fields = {name: getattr(inputs, name) for name in BackboneInputs.__slots__}
         full = ModelInputs(**fields, **runner._slot_settings(slots))
-        packed = runner._emit(slots, single_forward(runner.model, full, max_timesteps + 3))
-        runner.slot_step[runner.scratch_slot :].zero_()
-        return packed
+        outputs = single_forward(runner.model, full, int(full.timesteps.max()) + 3)
+        rows = slots.shape[0]
+        runner.flow.x[:rows] = outputs.patches.to(runner.flow.x.dtype)  # exact: float() of the model dtype
+        runner.flow_slots[:rows] = slots
+        runner.flow_stop[:rows] = outputs.stop
 
-    def decode(seqs: list, max_timesteps: int) -> torch.Tensor:
+    def decode(seqs: list) -> None:
         slots = torch.tensor([seq.slot for seq in seqs], dtype=torch.int64)
-        return forward(slots, runner._decode_inputs(slots), max_timesteps)
+        head(slots, runner._decode_inputs(slots))
 
-    def prefill(seqs: list, max_timesteps: int) -> torch.Tensor:
+    def prefill(seqs: list) -> None:
         inputs, slots = runner._prefill_inputs(seqs)
-        return forward(slots, inputs, max_timesteps)
+        head(slots, inputs)
 
     monkeypatch.setattr(runner, "_decode", decode)
     monkeypatch.setattr(runner, "_prefill", prefill)
+    monkeypatch.setattr(runner, "_euler", lambda rows: None)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
 def test_runner_steps_equal_the_single_forward(checkpoint, monkeypatch, dtype):
-    """The runner's eager path (CPU): decode and admission steps through backbone + `_tail_body` give the same
-    bits as the pre-split single forward, over mixed steps whose rows differ in Euler steps and settings."""
+    """The runner's eager path (CPU): decode and admission steps through head, Euler iterations on the rows that
+    still have steps, and finish give the same bits as the pre-split single forward, over mixed steps whose rows
+    differ in Euler steps and settings. Not float32: there the CPU's GEMMs round a row differently for different
+    row counts (the late iterations of the rows with more steps run on fewer rows), by ~1e-7, which the tiny
+    random VAE amplifies into audio that cannot be compared."""
     results = []
     for single in (False, True):
         core = EngineCore(engine_config(checkpoint, dtype=dtype, max_num_seqs=4, max_patches=6))

@@ -5,7 +5,8 @@ Public surface for the runtime:
 - `build_prompt(text, prompt, tokenizer, config) -> PackedPrompt` (token_ids, feats, audio_mask, target_text_tokens)
 - `VoxCPMModel.forward(ModelInputs, max_timesteps=None) -> ModelOutputs` (= `.backbone(BackboneInputs) ->
   (lm_h, res_h, cond)` then `.generate(lm_h, res_h, cond, cfg_value, temperature, timesteps, noise,
-  max_timesteps)`), `.allocate_kv_cache(num_blocks, block_size)`, `.kv_cache_bytes_per_token()`
+  max_timesteps)` = `.start(...) -> (FlowState, stop)` then `.feat_decoder.step(state, k)` per Euler iteration),
+  `.allocate_kv_cache(num_blocks, block_size)`, `.kv_cache_bytes_per_token()`
 - `engine.models.voxcpm.make_checkpoint.make_checkpoint(variant, size, out, seed, no_stop)`: random checkpoints
   in the released layout (not imported here, so that `python -m` runs it cleanly).
 """

@@ -1,8 +1,10 @@
 """The CFM sampler: Euler over a sway-scheduled t-span with classifier-free guidance and CFG-Zero*.
 
 Reference: voxcpm `modules/locdit/unified_cfm.py` (`forward` + `solve_euler`). Per row of the batch it takes
-its own cfg_value, temperature and number of Euler steps n. All rows run max(n) iterations; iteration k of a
-row with n < k has dt = 0 and leaves it unchanged, so rows with different n share one batch.
+its own cfg_value, temperature and number of Euler steps n. The solver is split so that a runtime can graph it:
+`begin` builds the state (`FlowState`), `step` runs one Euler iteration k (a device scalar) over it in place, and
+`solve` loops. Iteration k of a row with n < k has dt = 0 and leaves it unchanged, so rows with different n share
+one batch, and rows ordered by n, most first, let iteration k run on a prefix of the batch only.
 
 The schedule (t_k, dt_k) of every n is precomputed with the reference's exact arithmetic: t_span in the model
 dtype, then t and dt carried by subtraction (t <- t - dt; dt <- t - t_span[k+1]) rather than read from t_span.
@@ -11,6 +13,8 @@ guided velocity is v_u * s + cfg * (v_c - v_u * s) with s = <v_c, v_u> / (|v_u|^
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -40,6 +44,41 @@ def zero_init_steps(n: int) -> int:
     return max(1, int((n + 1) * 0.04))
 
 
+@dataclass(slots=True)
+class FlowState:
+    """The solver's state of B rows between Euler iterations. Rows are independent, so the rows that still
+    have iterations to run can be a prefix (`rows(m)`): the runner orders rows by n, most first."""
+
+    x: torch.Tensor  # [B, P, D] model dtype: the sample, updated in place by each iteration
+    mu: torch.Tensor  # [B, mu_dim] model dtype: the LM conditioning
+    cond: torch.Tensor  # [B, P, D] model dtype: the previous patch
+    steps: torch.Tensor  # int64 [B]: the row's Euler step count n
+    cfg: torch.Tensor  # float32 [B]: the row's classifier-free guidance value
+
+    @classmethod
+    def empty(
+        cls, rows: int, mu_dim: int, patch_size: int, feat_dim: int, dtype: torch.dtype, device: torch.device
+    ) -> FlowState:
+        """Zeroed buffers of `rows` rows with one Euler step each (inert: every iteration has dt = 0)."""
+        latent = (rows, patch_size, feat_dim)
+        return cls(
+            x=torch.zeros(latent, dtype=dtype, device=device),
+            mu=torch.zeros(rows, mu_dim, dtype=dtype, device=device),
+            cond=torch.zeros(latent, dtype=dtype, device=device),
+            steps=torch.ones(rows, dtype=torch.int64, device=device),
+            cfg=torch.zeros(rows, device=device),
+        )
+
+    def rows(self, m: int) -> FlowState:
+        """Views of the first m rows."""
+        return FlowState(*(getattr(self, name)[:m] for name in self.__slots__))
+
+    def copy_(self, other: FlowState) -> None:
+        """Write `other` (as many rows as this state) into this state's buffers."""
+        for name in self.__slots__:
+            getattr(self, name).copy_(getattr(other, name))
+
+
 class CFM(nn.Module):
     def __init__(self, estimator: LocDiT, mean_mode: bool) -> None:
         super().__init__()
@@ -65,6 +104,48 @@ class CFM(nn.Module):
             self._tables[key] = (t_tab.to(device), dt_tab.to(device), zeros.to(device))
         return self._tables[key]
 
+    def begin(
+        self,
+        mu: torch.Tensor,
+        cond: torch.Tensor,
+        noise: torch.Tensor,
+        temperature: torch.Tensor,
+        cfg_value: torch.Tensor,
+        timesteps: torch.Tensor,
+    ) -> FlowState:
+        """The solver's start for B rows: mu [B, mu_dim], cond [B, P, D] (model dtype), noise [B, P, D] fp32,
+        per-row temperature/cfg_value [B] and timesteps [B] (Euler steps n, clamped to 1..MAX_TIMESTEPS)."""
+        x = (noise.float() * temperature.float()[:, None, None]).to(mu.dtype)
+        return FlowState(x=x, mu=mu, cond=cond, steps=timesteps.clamp(1, MAX_TIMESTEPS), cfg=cfg_value.float())
+
+    def step(self, state: FlowState, k: torch.Tensor) -> None:
+        """Euler iteration k (int64 0-dim tensor on the device, 2 <= k <= MAX_TIMESTEPS) of every row of
+        `state`, in place on `state.x`. A row with n < k has dt = 0 there and stays unchanged. k lives on the
+        device so that one captured iteration replays for any k (the runner's graphs)."""
+        x = state.x
+        dtype, batch = x.dtype, x.shape[0]
+        t_tab, dt_tab, zero_tab = self.schedule_tables(dtype, x.device)
+        t, dt = t_tab[state.steps, k - 1], dt_tab[state.steps, k - 1]
+        # dt is an input only in mean mode; otherwise its token is that of dt = 0, for every row.
+        delta = self.estimator.delta_token(dt if self.mean_mode else torch.zeros(1, dtype=dtype, device=x.device))
+        time = self.estimator.time_token(t) + delta
+        mu2, cond_tokens = self.estimator.context(state.mu, state.cond)
+        v_c, v_u = self.estimator(torch.cat((x, x)), time.repeat(2, 1), mu2, cond_tokens).split(batch)
+        dot = (v_c * v_u).flatten(1).sum(dim=1)
+        scale = (dot / ((v_u**2).flatten(1).sum(dim=1) + 1e-8)).view(batch, 1, 1)
+        v = v_u * scale + (state.cfg[:, None, None] * (v_c - v_u * scale)).to(dtype)
+        v = torch.where((k <= zero_tab[state.steps]).view(batch, 1, 1), torch.zeros_like(v), v)
+        x.sub_(dt.view(batch, 1, 1) * v)
+
+    def solve(self, state: FlowState, max_timesteps: int) -> torch.Tensor:
+        """Every Euler iteration of every row (max_timesteps >= each row's n) -> the latent patch [B, P, D]."""
+        # Step 1 is a zero-velocity step for every row (CFG-Zero*), so it changes nothing and is skipped.
+        k = torch.full((), 2, dtype=torch.int64, device=state.x.device)
+        for _ in range(2, max_timesteps + 1):
+            self.step(state, k)
+            k += 1
+        return state.x
+
     def forward(
         self,
         mu: torch.Tensor,
@@ -75,28 +156,5 @@ class CFM(nn.Module):
         timesteps: torch.Tensor,
         max_timesteps: int,
     ) -> torch.Tensor:
-        """mu [B, mu_dim], cond [B, P, D], noise [B, P, D] fp32, per-row temperature/cfg_value [B] and
-        timesteps [B] (each <= max_timesteps) -> latent patch [B, P, D] in the model dtype."""
-        dtype = mu.dtype
-        t_tab, dt_tab, zero_tab = self.schedule_tables(dtype, mu.device)
-        n = timesteps.clamp(1, MAX_TIMESTEPS)
-        t_rows, dt_rows, zero_rows = t_tab[n], dt_tab[n], zero_tab[n]
-        x = (noise.float() * temperature.float()[:, None, None]).to(dtype)
-        cfg = cfg_value.float()[:, None, None]
-        mu2, cond_tokens = self.estimator.context(mu, cond)
-        batch = x.shape[0]
-        if not self.mean_mode:  # dt is an input only in mean mode; otherwise its token is constant (dt = 0)
-            delta = self.estimator.delta_token(torch.zeros(1, dtype=dtype, device=mu.device))
-        # Step 1 is a zero-velocity step for every row (CFG-Zero*), so it changes nothing and is skipped.
-        for k in range(2, max_timesteps + 1):
-            dt = dt_rows[:, k - 1]
-            if self.mean_mode:
-                delta = self.estimator.delta_token(dt)
-            time = self.estimator.time_token(t_rows[:, k - 1]) + delta
-            v_c, v_u = self.estimator(torch.cat((x, x)), time.repeat(2, 1), mu2, cond_tokens).split(batch)
-            dot = (v_c * v_u).flatten(1).sum(dim=1)
-            scale = (dot / ((v_u**2).flatten(1).sum(dim=1) + 1e-8)).view(batch, 1, 1)
-            v = v_u * scale + (cfg * (v_c - v_u * scale)).to(dtype)
-            v = torch.where((k <= zero_rows).view(batch, 1, 1), torch.zeros_like(v), v)
-            x = x - dt.view(batch, 1, 1) * v
-        return x
+        """`begin` then `solve`: latent patch [B, P, D] in the model dtype."""
+        return self.solve(self.begin(mu, cond, noise, temperature, cfg_value, timesteps), max_timesteps)

@@ -7,9 +7,10 @@ hiddens (v1: sum of the projections, v2: their concatenation), the CFM sampler c
 position's patch, and the stop head on the base LM hidden. Reference: voxcpm `model/voxcpm.py` and
 `model/voxcpm2.py` (`_inference`).
 
-`forward` = `backbone` (every packed position, variable N, run eagerly) then `generate` (per sequence, fixed
-shapes per batch size): the runtime graphs `generate` per batch bucket for prefill steps too, whose backbone
-cannot be graphed. The composition is the same sequence of operations as one function, so the same bits.
+`forward` = `backbone` (every packed position, variable N) then `generate` (per sequence, fixed shapes per batch
+size) = `start` then the CFM solver's Euler iterations (`feat_decoder.step`): the runtime graphs these pieces per
+batch bucket and runs each Euler iteration only on the rows that still have steps. The composition is the same
+sequence of operations as one function, so the same bits.
 
 The parameter tree mirrors the released checkpoints except for the fused q/k/v and gate/up GEMMs
 (see checkpoint.py). The AudioVAE is a separate module (audio_vae.py).
@@ -23,7 +24,7 @@ from torch import nn
 
 from engine.attention import AttentionBackend, get_attention_backend
 from engine.batch import BackboneInputs, ModelInputs, ModelOutputs
-from engine.models.voxcpm.cfm import CFM
+from engine.models.voxcpm.cfm import CFM, FlowState
 from engine.models.voxcpm.config import VoxCPMConfig
 from engine.models.voxcpm.locdit import LocDiT
 from engine.models.voxcpm.locenc import LocEnc
@@ -93,6 +94,11 @@ class VoxCPMModel(nn.Module):
         for module in self.modules():
             if isinstance(module, LongRoPE):
                 module.fill()
+
+    def flow_buffers(self, rows: int) -> FlowState:
+        """A solver state of `rows` inert rows (the runtime's static buffers for graphed Euler iterations)."""
+        mu_dim = self.lm_to_dit_proj.out_features * (2 if self.fusion_concat_proj is not None else 1)
+        return FlowState.empty(rows, mu_dim, self.patch_size, self.feat_dim, self.dtype, self.device)
 
     def _causal_attention(self) -> list[Attention]:
         return [layer.self_attn for stack in (self.base_lm, self.residual_lm) for layer in stack.layers]
@@ -167,6 +173,30 @@ class VoxCPMModel(nn.Module):
         return enc[last], res[last], feats[last]
 
     @torch.inference_mode()
+    def start(
+        self,
+        lm_h: torch.Tensor,
+        res_h: torch.Tensor,
+        cond: torch.Tensor,
+        cfg_value: torch.Tensor,
+        temperature: torch.Tensor,
+        timesteps: torch.Tensor,
+        noise: torch.Tensor,
+    ) -> tuple[FlowState, torch.Tensor]:
+        """What follows the backbone up to the Euler iterations, fixed shapes per batch size B (capturable): mu from
+        `backbone`'s two hiddens, the CFM solver's start conditioned on `cond`, and the stop head on the base LM
+        hidden -> (FlowState, stop bool [B]). Per-row settings as in ModelInputs (cfg_value, temperature [B]
+        float32, timesteps [B] int64, noise [B, D, P] float32). Rows are independent: a row's result does not
+        depend on the others' values."""
+        if self.fusion_concat_proj is not None:
+            mu = torch.cat((self.lm_to_dit_proj(lm_h), self.res_to_dit_proj(res_h)), dim=-1)
+        else:
+            mu = self.lm_to_dit_proj(lm_h) + self.res_to_dit_proj(res_h)
+        state = self.feat_decoder.begin(mu, cond, noise.transpose(1, 2), temperature, cfg_value, timesteps)
+        stop = self.stop_head(F.silu(self.stop_proj(lm_h))).argmax(dim=-1) == 1
+        return state, stop
+
+    @torch.inference_mode()
     def generate(
         self,
         lm_h: torch.Tensor,
@@ -178,14 +208,6 @@ class VoxCPMModel(nn.Module):
         noise: torch.Tensor,
         max_timesteps: int,
     ) -> ModelOutputs:
-        """The rest of a step, fixed shapes per batch size B (capturable): mu from `backbone`'s two hiddens,
-        the CFM sampler conditioned on `cond`, the stop head on the base LM hidden. Per-row settings as in
-        ModelInputs (cfg_value, temperature [B] float32, timesteps [B] int64 <= max_timesteps, noise [B, D, P]
-        float32). Rows are independent: a row's result does not depend on the others' values."""
-        if self.fusion_concat_proj is not None:
-            mu = torch.cat((self.lm_to_dit_proj(lm_h), self.res_to_dit_proj(res_h)), dim=-1)
-        else:
-            mu = self.lm_to_dit_proj(lm_h) + self.res_to_dit_proj(res_h)
-        patches = self.feat_decoder(mu, cond, noise.transpose(1, 2), temperature, cfg_value, timesteps, max_timesteps)
-        stop = self.stop_head(F.silu(self.stop_proj(lm_h))).argmax(dim=-1) == 1
-        return ModelOutputs(patches=patches.float(), stop=stop)
+        """The rest of a step: `start`, then every Euler iteration (max_timesteps >= each row's timesteps)."""
+        state, stop = self.start(lm_h, res_h, cond, cfg_value, temperature, timesteps, noise)
+        return ModelOutputs(patches=self.feat_decoder.solve(state, max_timesteps).float(), stop=stop)
