@@ -5,12 +5,17 @@ exactly --steps patches, as the anchor runner (../shared/anchor/bench_nanovllm.p
 JSON line per concurrency level with the anchor runner's keys plus the GPU memory held.
 
     python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 1 8 32 64 128 256
+
+With `--outliers K --outlier-timesteps N`, K requests of every burst ask for N Euler steps instead of the
+default 10: the line then also gives the others' RTF p90 and TTFB p50 (`others_*`), which shows what such a
+request costs the rest of the batch.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import time
@@ -27,8 +32,12 @@ def percentile(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
-async def one(engine: AsyncEngine, steps: int, sample_rate: int) -> tuple[float, float, float]:
+async def one(
+    engine: AsyncEngine, steps: int, sample_rate: int, timesteps: int | None = None
+) -> tuple[float, float, float]:
     params = GenerationParams(seed=1, max_patches=steps, min_patches=steps)
+    if timesteps is not None:
+        params = dataclasses.replace(params, inference_timesteps=timesteps)
     t0 = time.perf_counter()
     ttfb = None
     samples = 0
@@ -60,7 +69,9 @@ async def main(args: argparse.Namespace) -> None:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
-        results = await asyncio.gather(*[one(engine, args.steps, sample_rate) for _ in range(c)])
+        outliers = min(args.outliers, c)
+        timesteps = [args.outlier_timesteps] * outliers + [None] * (c - outliers)
+        results = await asyncio.gather(*[one(engine, args.steps, sample_rate, n) for n in timesteps])
         wall = time.perf_counter() - t0
         ttfb = [r[0] for r in results]
         rtf = [r[1] / r[2] for r in results]
@@ -76,6 +87,14 @@ async def main(args: argparse.Namespace) -> None:
             "audio_s_per_req": round(results[0][2], 2),
             "xrt_aggregate": round(audio / wall, 2),
         }
+        if outliers:
+            others = results[outliers:] or results
+            line |= {
+                "outliers": outliers,
+                "outlier_timesteps": args.outlier_timesteps,
+                "others_ttfb_p50_ms": round(1000 * percentile([r[0] for r in others], 50), 1),
+                "others_rtf_p90": round(percentile([r[1] / r[2] for r in others], 90), 4),
+            }
         if cuda:
             line["gpu_mem_reserved_gib"] = round(torch.cuda.memory_reserved() / 2**30, 2)
             line["gpu_mem_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
@@ -93,4 +112,6 @@ if __name__ == "__main__":
     p.add_argument("--max-model-len", type=int, default=1024)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--eager", action="store_true")
+    p.add_argument("--outliers", type=int, default=0, help="requests per burst with --outlier-timesteps")
+    p.add_argument("--outlier-timesteps", type=int, default=30)
     asyncio.run(main(p.parse_args()))
