@@ -9,11 +9,14 @@ the adapter (run or abort a segment in the engine, close the connection).
 The outgoing queue lives here, not in the adapter, because two guarantees depend on knowing what was handed to the
 socket: the cancel fence (`context.cancelled.last_seq` is the last frame handed out; frames still queued are
 dropped) and isolation (a client that does not read fills the queue, its contexts pause, and after
-`stall_timeout_s` without progress the connection is closed with 4408).
+`stall_timeout_s` without progress the connection is closed with 4408). The stall rule outlives every other close:
+a close that waits for its output (a fatal error, drain) is forced once the socket has taken nothing for
+`stall_timeout_s`, so a client that does not read never holds its session longer, whatever the close reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections import deque
 from dataclasses import dataclass, field
@@ -113,24 +116,28 @@ class Outbox:
         self.bytes = 0
         self._items: deque[_Item] = deque()
         self._last_seq: dict[int, int] = {}  # per handle: the last audio seq handed to the socket
-        self._waiting_since: float | None = None  # the socket has taken nothing since then, though items wait
+        # Since when the socket has taken nothing though output waits for it, queued or handed out (in flight).
+        self._waiting_since: float | None = None
 
     @property
     def writable(self) -> bool:
         return self.bytes < self.high_water
 
     def put(self, item: _Item, now: float) -> None:
-        if not self._items:
+        if self._waiting_since is None:
             self._waiting_since = now
         self._items.append(item)
         self.bytes += len(item.data)
 
     def pop(self, now: float) -> _Item | None:
+        """The next item for the socket. The writer asks only once the socket took the previous one, so asking is
+        progress; the item handed out still waits (a send to a client that stopped reading never completes)."""
         if not self._items:
+            self._waiting_since = None
             return None
         item = self._items.popleft()
         self.bytes -= len(item.data)
-        self._waiting_since = now if self._items else None
+        self._waiting_since = now
         if item.seq is not None:
             assert item.handle is not None
             self._last_seq[item.handle] = item.seq
@@ -352,7 +359,8 @@ class Session:
         self.contexts: dict[str, Context] = {}
         self.outbox = Outbox(config.limits.send_buffer_bytes)
         self.outbox_actions: list[Action] = []
-        self.closed = False  # a close was requested: inputs are ignored from now on
+        self.closed = False  # a close was requested (or the socket is gone): inputs are ignored from now on
+        self._closing: CloseConnection | None = None  # the close asked of the adapter
         self.draining = False
         self._rate = _RateLimit(config.limits.max_messages_per_s, 2 * config.limits.max_messages_per_s, now)
         self._counters = _Counters(last_message_at=now)
@@ -378,7 +386,8 @@ class Session:
         return self.outbox.writable
 
     def next_outgoing(self, now: float) -> tuple[bytes, bool] | None:
-        """The next frame to send and whether it is a text frame; None when nothing is queued."""
+        """The next frame to send and whether it is a text frame; None when nothing is queued. Call it only once the
+        socket has taken the previous frame: until then that frame counts as waiting for the stall rule."""
         item = self.outbox.pop(now)
         return None if item is None else (item.data, item.text)
 
@@ -388,11 +397,11 @@ class Session:
 
     def next_deadline(self) -> float | None:
         """When `tick` should be called next at the latest."""
-        if self.closed:
-            return None
         limits = self.config.limits
-        deadlines = [self._counters.last_message_at + limits.idle_timeout_s]
         stall = self.outbox.stall_deadline(limits.stall_timeout_s)
+        if self.closed:
+            return stall  # a close waiting for its output still obeys the stall rule
+        deadlines = [self._counters.last_message_at + limits.idle_timeout_s]
         if stall is not None:
             deadlines.append(stall)
         for context in self.contexts.values():
@@ -547,7 +556,8 @@ class Session:
     def _close(self, code: CloseCode, reason: str, after_output: bool) -> None:
         self.closed = True
         self.metrics.closes[code] += 1
-        self.outbox_actions.append(CloseConnection(code, reason, after_output))
+        self._closing = CloseConnection(code, reason, after_output)
+        self.outbox_actions.append(self._closing)
 
     # -- inputs from the engine side -----------------------------------------------------------------------------
 
@@ -587,22 +597,12 @@ class Session:
     # -- the clock and the server's life cycle -------------------------------------------------------------------
 
     def tick(self, now: float) -> None:
-        if self.closed:
-            return
         limits = self.config.limits
         stall = self.outbox.stall_deadline(limits.stall_timeout_s)
         if stall is not None and now >= stall:
-            # The client reads nothing: telling it is pointless. Stop its engine work and close at once.
-            for context in self.contexts.values():
-                if context.running is not None:
-                    self.outbox_actions.append(AbortSegment(context.id))
-            self.outbox.clear()
-            self.metrics.errors[ErrorCode.STALLED] += 1
-            self._close(
-                CloseCode.STALLED,
-                f"client read nothing for stall_timeout_s={limits.stall_timeout_s}",
-                after_output=False,
-            )
+            self._stalled()
+            return
+        if self.closed:
             return
         busy = any(context.running is not None for context in self.contexts.values())
         if not busy and now >= self._counters.last_message_at + limits.idle_timeout_s:
@@ -613,6 +613,21 @@ class Session:
         for context in list(self.contexts.values()):
             if context.running is None:
                 context.advance(now)
+
+    def _stalled(self) -> None:
+        """The client took nothing for `stall_timeout_s`: telling it is pointless, so nothing more is sent."""
+        self.outbox.clear()
+        if self._closing is not None:
+            # A close was waiting for this output: force it, as it was. Every close after output has ended its
+            # contexts first, so no engine work is left to stop.
+            self.outbox_actions.append(dataclasses.replace(self._closing, after_output=False))
+            return
+        for context in self.contexts.values():
+            if context.running is not None:
+                self.outbox_actions.append(AbortSegment(context.id))
+        self.metrics.errors[ErrorCode.STALLED] += 1
+        timeout = self.config.limits.stall_timeout_s
+        self._close(CloseCode.STALLED, f"client read nothing for stall_timeout_s={timeout}", after_output=False)
 
     def drain(self, now: float) -> None:
         """The server is shutting down: no new contexts; open ones may finish; close once none is left."""
@@ -631,8 +646,9 @@ class Session:
             context.cancel(now)
 
     def connection_lost(self) -> None:
-        """The socket is gone: abort every segment in the engine at once."""
+        """The socket is gone: abort every segment in the engine at once; nothing more will be sent."""
         for context in self.contexts.values():
             if context.running is not None:
                 self.outbox_actions.append(AbortSegment(context.id))
+        self.outbox.clear()
         self.closed = True

@@ -8,6 +8,13 @@ Per connection, three tasks and one per segment in flight:
 - the timer calls `session.tick()` at the session's next deadline (segmenter waits, idle and stall timeouts);
 - a segment task waits for an engine slot in the shared FIFO, then streams the engine's chunks into the session.
 After every input the adapter runs the session's actions (`pump`).
+
+Every close is bounded for a client that does not read: websockets waits for the socket to drain with no timeout
+(its close timeout starts only once the close frame is out), so neither a send nor the close handshake is left to
+it. Output queued or in flight at a close obeys the session's stall rule (the close is forced after
+`stall_timeout_s` without progress); the handshake after the output gets `stall_timeout_s`, a forced close
+`ABORT_CLOSE_S`; then the transport is aborted. So a session never outlives a client that stopped reading by more
+than `stall_timeout_s + ABORT_CLOSE_S`.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from wsserver.voices import VoiceRegistry
 
 logger = logging.getLogger(__name__)
 
-ABORT_CLOSE_S = 1.0  # a close handshake with a client that does not read cannot finish; give up after this
+ABORT_CLOSE_S = 1.0  # a forced close (the client read nothing for stall_timeout_s) tries the handshake this long
 
 
 @dataclass(eq=False, slots=True)
@@ -318,7 +325,9 @@ class Connection:
                 item = self.session.next_outgoing(time.monotonic())
                 if item is None:
                     if self._close_after_output is not None:
-                        await self.websocket.close(self._close_after_output.code, self._close_after_output.reason)
+                        # Nothing is queued now, so the session's stall rule no longer watches: bound the handshake
+                        # by the same timeout.
+                        await self._close(self._close_after_output, self.session.config.limits.stall_timeout_s)
                         return
                     self._wake_writer.clear()
                     await self._wake_writer.wait()
@@ -344,7 +353,11 @@ class Connection:
         """Close a connection whose client reads nothing: its close handshake cannot complete, so cut it short."""
         logger.info("closing session %s: %s", self.session.config.session_id, action.reason)
         self._tasks[0].cancel()  # the writer is stuck in a send
+        await self._close(action, ABORT_CLOSE_S)
+
+    async def _close(self, action: CloseConnection, timeout: float) -> None:
+        """The close handshake, or an aborted transport when it does not complete within `timeout`."""
         try:
-            await asyncio.wait_for(self.websocket.close(action.code, action.reason), ABORT_CLOSE_S)
+            await asyncio.wait_for(self.websocket.close(action.code, action.reason), timeout)
         except TimeoutError:
             self.websocket.transport.abort()

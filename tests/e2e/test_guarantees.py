@@ -11,6 +11,7 @@ from websockets.exceptions import ConnectionClosed
 
 from tests.e2e.client import Client, Frame, http_get
 from tests.servers import ServeFactory
+from wsserver.server import ABORT_CLOSE_S
 
 SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank. "
 
@@ -149,6 +150,65 @@ async def test_isolation_a_client_that_never_reads_is_paused_then_closed(serve: 
         _, _, body = await http_get(running.http_url + "/status")
         assert b'"connections":{"active":1' in body
         await healthy.close()
+
+
+async def test_isolation_a_fatal_close_of_a_client_that_never_reads_is_bounded_by_the_stall_timeout(
+    serve: ServeFactory,
+) -> None:
+    """A close decided for another reason (here 4400) cannot wait on a client that does not read for longer than
+    the stall rule allows: the session, and its engine work, are gone within stall_timeout_s + ABORT_CLOSE_S."""
+    stall_timeout_s = 3.0
+    limits = {"send_buffer_bytes": 16384, "stall_timeout_s": stall_timeout_s, "max_bad_messages": 1}
+    async with serve(max_patches=60, limits=limits) as running:
+        slow = await never_reading_client(running.ws_url)
+        await slow.send("context.create", ctx="slow", output={"format": "pcm_f32le"}, text=SENTENCE * 3)
+        await slow.send("context.end", ctx="slow")
+        await until_status(running.http_url, b'"paused":1')
+        loop = asyncio.get_running_loop()
+        fatal_at = loop.time()
+        for _ in range(2):  # over max_bad_messages: a fatal error, then close 4400 after the output
+            await slow.ws.send("garbage")
+        await until_status(running.http_url, b'"connections":{"active":0', timeout=stall_timeout_s + ABORT_CLOSE_S + 2)
+        assert loop.time() - fatal_at <= stall_timeout_s + ABORT_CLOSE_S + 1
+        assert running.server.metrics.closes == {4400: 1}  # forced, not turned into a stall close
+        _, _, body = await http_get(running.http_url + "/status")
+        assert b'"running":0,"waiting":0,"paused":0' in body, body
+        with pytest.raises(ConnectionClosed):  # once it reads again, it finds the connection gone
+            while True:
+                await slow.next_event(timeout=10)
+
+
+async def test_isolation_a_close_handshake_the_client_never_answers_is_cut_at_the_stall_timeout(
+    serve: ServeFactory,
+) -> None:
+    """The output went out but the client reads nothing more, so it never answers the close frame: the server aborts
+    the transport after stall_timeout_s, not after websockets' own close timeout (10 s)."""
+    stall_timeout_s = 2.0
+    async with serve(limits={"stall_timeout_s": stall_timeout_s, "max_message_bytes": 1000}) as running:
+        client = await Client.connect(running.ws_url)
+        client.ws.transport.pause_reading()  # from now on it reads nothing, not even the server's close frame
+        loop = asyncio.get_running_loop()
+        fatal_at = loop.time()
+        await client.send("ping", t="x" * 2000)  # over max_message_bytes: a fatal error, then close 4413
+        await until_status(running.http_url, b'"connections":{"active":0', timeout=stall_timeout_s + 3)
+        assert loop.time() - fatal_at <= stall_timeout_s + 1
+        assert running.server.metrics.closes == {4413: 1}
+
+
+async def never_reading_client(url: str) -> Client:
+    """A client whose application stops reading: a tiny receive window and a tiny client-side queue."""
+    client = await Client.connect(url, max_queue=1)
+    client.ws.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    return client
+
+
+async def until_status(http_url: str, fragment: bytes, timeout: float = 5) -> None:
+    """Poll /status until its JSON contains `fragment`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while fragment not in (body := (await http_get(http_url + "/status"))[2]):
+        assert loop.time() < deadline, f"{fragment!r} not in /status after {timeout} s: {body!r}"
+        await asyncio.sleep(0.05)
 
 
 async def test_disconnect_mid_stream_aborts_engine_work(serve: ServeFactory) -> None:

@@ -194,6 +194,34 @@ def test_stall_closes_4408_without_output_and_aborts_engine_work() -> None:
     assert session.next_outgoing(5.1) is None
 
 
+def test_a_close_waiting_for_output_the_client_never_reads_is_forced_at_the_stall_timeout() -> None:
+    session = make_session(stall_timeout_s=5, max_message_bytes=100)
+    send(session, 1.0, type="ping", t="x" * 200)  # fatal: the hello and the error wait for the socket since 0.0
+    [close] = session.actions()
+    assert close.after_output
+    assert session.next_deadline() == 5.0  # closed, but the stall rule still watches the output
+    session.tick(4.9)
+    assert session.actions() == []
+    session.tick(5.0)
+    assert session.actions() == [CloseConnection(close.code, close.reason, after_output=False)]
+    assert session.next_outgoing(5.0) is None and session.next_deadline() is None
+    assert session.metrics.closes == {CloseCode.MESSAGE_TOO_BIG: 1}  # one close, forced, not a second one
+
+
+def test_a_frame_handed_to_the_socket_waits_until_the_writer_asks_for_the_next() -> None:
+    """The last frame handed out may be stuck in a send to a client that stopped reading: the stall rule still
+    watches it, also for a close waiting for that output."""
+    session = make_session(stall_timeout_s=5, max_message_bytes=100)
+    drain(session)
+    assert session.next_deadline() == 120.0  # the idle timeout only: nothing waits for the socket
+    send(session, 1.0, type="ping", t="x" * 200)  # fatal: the error, then close after the output
+    session.actions()
+    assert session.next_outgoing(2.0) is not None  # the error, handed out at 2.0; its send never completes
+    assert session.next_deadline() == 7.0
+    session.tick(7.0)
+    assert [a.after_output for a in session.actions()] == [False]
+
+
 def test_idle_timeout_and_first_segment_timer() -> None:
     session = make_session(idle_timeout_s=10)
     send(session, type="context.create", ctx="a", text="Hello wor", buffering={"max_wait_ms": 500})
