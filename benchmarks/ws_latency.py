@@ -1,58 +1,67 @@
-"""Time from first text to first audio frame over the WebSocket, for N concurrent sessions.
+"""End to end over the WebSocket: first text to first audio frame, gaps between frames, starvation, per session count.
 
-Starts a real server in-process (the real engine on the given checkpoint, or a freshly generated tiny one), then
-for each concurrency level opens that many sessions at once; each streams one sentence word by word and ends it.
-Prints one JSON line per level: first-text-to-first-frame percentiles (client side), and the server's own
-ttfa/queue/rtf from `context.done`.
+Starts the real server (`python -m wsserver`) in a child process, sized for the largest session count, on the given
+checkpoint or a freshly generated tiny random one. For each session count it opens that many sessions, then starts
+them together: each streams a few sentences word by word (one word every --word-gap-ms, like an LLM), ends its
+context and reads `pcm_s16le` frames at the model's rate until `context.done`. Prints one JSON line per session count:
 
-    PYTHONPATH=. python benchmarks/ws_latency.py --sessions 1 50 [--model CKPT] [--device cpu] [--max-patches 8]
+- `first_text_to_first_frame_ms`: from sending the first word to receiving the first audio frame (p50/p95/max);
+- `worst_gap_ms` (all sessions) and `worst_gap_p95_ms` (of each session's worst) between consecutive audio frames;
+- `starved_sessions`: sessions whose player ran dry, i.e. some frame arrived later after the first frame than the
+  audio delivered ahead of it lasts; `starved_ms_total`: how long their players waited in all (a player that
+  starts at the first frame and, when it runs dry, waits for the next frame and plays on);
+- `server_ttfa_ms_p50`, `server_queue_ms_p50`, `server_rtf_p50`: the server's own figures from `context.done`;
+- `audio_s`, `wall_s`, `xrt`: audio delivered by all sessions, from the start to the last `context.done`, and
+  their ratio; `client_cpu_s`: the clients' CPU time meanwhile (close to `wall_s`, they would be the bottleneck).
+
+    PYTHONPATH=. python benchmarks/ws_latency.py --sessions 1 8                 # CPU, tiny random checkpoint
+    python3 benchmarks/ws_latency.py --device cuda --model CKPT                 # sessions 1 32 128 256
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
+import socket
 import statistics
-import struct
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
-from websockets.asyncio.client import connect
+import uvloop
+from websockets.asyncio.client import ClientConnection, connect
 
-from engine import AsyncEngine, EngineConfig
+from wsserver.audio import HEADER, KIND_AUDIO
 from wsserver.config import ServerConfig
-from wsserver.server import TTSServer
-from wsserver.voices import VoiceRegistry
 
-TEXT = "Hello there, this is a latency test of the streaming server. It speaks as the words arrive. "
+TEXT = (
+    "Thanks for calling, I can help you with that right away. Your appointment is now booked for Tuesday "
+    "afternoon, and you will get a reminder the day before. Is there anything else I can do for you today?"
+)
+FRAME_MS = 20
+BYTES_PER_SAMPLE = 2  # pcm_s16le
+START_TIMEOUT_S = 900  # loading a full-size model and capturing its CUDA graphs takes minutes
+# The server listens with asyncio's default backlog (100): more simultaneous handshakes get their SYNs dropped and
+# retried a second later, so open the sessions a bounded number at a time.
+CONCURRENT_HANDSHAKES = 64
 
 
-async def session(url: str, seed: int, word_gap_s: float) -> dict:
-    async with connect(url) as ws:
-        await ws.recv()  # hello
-        await ws.send(orjson.dumps({"type": "context.create", "ctx": "b", "generation": {"seed": seed}}).decode())
-        started = time.perf_counter()
-        first_frame = None
-
-        async def feed() -> None:
-            for word in TEXT.split(" "):
-                await ws.send(orjson.dumps({"type": "text.append", "ctx": "b", "text": word + " "}).decode())
-                await asyncio.sleep(word_gap_s)
-            await ws.send(orjson.dumps({"type": "context.end", "ctx": "b"}).decode())
-
-        feeder = asyncio.create_task(feed())
-        async for message in ws:
-            if isinstance(message, bytes):
-                if first_frame is None and struct.unpack_from("<B", message, 1)[0] == 1:
-                    first_frame = time.perf_counter() - started
-            elif (event := orjson.loads(message))["type"] == "context.done":
-                await feeder
-                return {"first_frame_s": first_frame, **event["metrics"]}
-            elif event["type"] == "error":
-                raise RuntimeError(event)
-    raise RuntimeError("connection closed early")
+@dataclass(frozen=True, slots=True)
+class SessionResult:
+    first_frame_s: float  # first word sent -> first audio frame received
+    worst_gap_s: float  # longest wait between two consecutive audio frames
+    starved_s: float  # time the player's buffer was empty, 0 if it never ran dry
+    audio_s: float
+    metrics: dict[str, Any]  # context.done's ttfa_ms, queue_ms, rtf
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -60,51 +69,207 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def main(args: argparse.Namespace) -> None:
-    model = args.model
-    if model is None:
-        from engine.models.voxcpm.make_checkpoint import make_checkpoint
+def server_p50(results: list[SessionResult], key: str) -> float | None:
+    """Median of a `context.done` metric over the sessions that have it (ttfa_ms is null without audio)."""
+    values = [r.metrics[key] for r in results if r.metrics[key] is not None]
+    return round(statistics.median(values), 3) if values else None
 
-        model = str(make_checkpoint("voxcpm2", "tiny", Path(tempfile.mkdtemp()) / "tiny"))
-    engine = AsyncEngine(EngineConfig(model=model, device=args.device, max_num_seqs=max(args.sessions)))
-    await engine.start()
-    server = TTSServer(ServerConfig(model=model, port=0, max_patches=args.max_patches, max_num_seqs=max(args.sessions)))
-    server.attach(engine, await VoiceRegistry.load(engine, None))
-    listening = await server.listen()
-    url = f"ws://127.0.0.1:{listening.sockets[0].getsockname()[1]}/v1/tts/ws"
-    await session(url, 0, args.word_gap_ms / 1000)  # warm the path once
-    for n in args.sessions:
-        results = await asyncio.gather(*(session(url, i, args.word_gap_ms / 1000) for i in range(n)))
-        first = [r["first_frame_s"] * 1000 for r in results]
-        print(
-            orjson.dumps(
-                {
-                    "sessions": n,
-                    "device": args.device,
-                    "model": engine.info.name,
-                    "max_patches": args.max_patches,
-                    "first_text_to_first_frame_ms": {
-                        "p50": round(statistics.median(first), 1),
-                        "p95": round(percentile(first, 0.95), 1),
-                        "max": round(max(first), 1),
-                    },
-                    "server_ttfa_ms_p50": statistics.median(r["ttfa_ms"] for r in results),
-                    "queue_ms_p50": statistics.median(r["queue_ms"] for r in results),
-                    "rtf_p50": statistics.median(r["rtf"] for r in results),
-                }
-            ).decode(),
-            flush=True,
-        )
-    listening.close()
-    await listening.wait_closed()
-    await engine.close()
+
+def playback(arrivals: list[tuple[float, int]], sample_rate: int) -> tuple[float, float]:
+    """(worst gap, starved time) in seconds, for audio frames given as (arrival time, samples).
+
+    The player starts with the first frame. Frame k is due when the audio before it has played, i.e. `delivered /
+    sample_rate` after the start plus the time the player already spent waiting; arriving later than that, the
+    player waits for it (rebuffers) and plays on from there."""
+    start = previous = arrivals[0][0]
+    worst = starved = 0.0
+    delivered = 0
+    for arrival, samples in arrivals:
+        worst = max(worst, arrival - previous)
+        starved += max(0.0, arrival - (start + starved + delivered / sample_rate))
+        delivered += samples
+        previous = arrival
+    return worst, starved
+
+
+async def open_session(url: str, handshakes: asyncio.Semaphore) -> tuple[ClientConnection, dict[str, Any]]:
+    async with handshakes:
+        ws = await connect(url, open_timeout=60)
+    return ws, orjson.loads(await ws.recv())
+
+
+async def speak(ws: ClientConnection, hello: dict[str, Any], seed: int, text: str, word_gap_s: float) -> SessionResult:
+    """One context on an open session: stream `text` word by word, end it, and time every audio frame."""
+    sample_rate = hello["model"]["sample_rate"]
+    # PCM at the model's own rate: no resampling on the server, and a frame's payload length is its exact duration.
+    output = {"format": "pcm_s16le", "sample_rate": sample_rate, "frame_ms": FRAME_MS}
+    create = {"type": "context.create", "ctx": "b", "output": output, "generation": {"seed": seed}}
+    await ws.send(orjson.dumps(create).decode())
+    first, *rest = (word + " " for word in text.split())
+
+    async def feed() -> None:
+        for word in rest:
+            await asyncio.sleep(word_gap_s)
+            await ws.send(orjson.dumps({"type": "text.append", "ctx": "b", "text": word}).decode())
+        await ws.send(orjson.dumps({"type": "context.end", "ctx": "b"}).decode())
+
+    started = time.perf_counter()
+    await ws.send(orjson.dumps({"type": "text.append", "ctx": "b", "text": first}).decode())
+    feeder = asyncio.create_task(feed())
+    arrivals: list[tuple[float, int]] = []  # audio frames with samples (the end marker may have none)
+    try:
+        async for message in ws:
+            now = time.perf_counter()
+            if isinstance(message, bytes):
+                samples = (len(message) - HEADER.size) // BYTES_PER_SAMPLE
+                if HEADER.unpack_from(message)[1] == KIND_AUDIO and samples:
+                    arrivals.append((now, samples))
+            elif (event := orjson.loads(message))["type"] == "context.done":
+                await feeder
+                worst_gap, starved = playback(arrivals, sample_rate)
+                audio_s = sum(samples for _, samples in arrivals) / sample_rate
+                return SessionResult(arrivals[0][0] - started, worst_gap, starved, audio_s, event["metrics"])
+            elif event["type"] == "error":
+                raise RuntimeError(event)
+    finally:
+        feeder.cancel()
+    raise RuntimeError("connection closed before context.done")
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    results: list[SessionResult]
+    wall_s: float  # from the start of the speaking to the last context.done
+    client_cpu_s: float  # this process's CPU time meanwhile: near wall_s, the clients would be the bottleneck
+    model: str
+
+
+async def run_level(url: str, sessions: int, text: str, word_gap_s: float) -> Level:
+    """All sessions connect first, then speak at once."""
+    handshakes = asyncio.Semaphore(CONCURRENT_HANDSHAKES)
+    opened = await asyncio.gather(*(open_session(url, handshakes) for _ in range(sessions)), return_exceptions=True)
+    try:
+        for item in opened:
+            if isinstance(item, BaseException):
+                raise item
+        started, cpu = time.perf_counter(), time.process_time()
+        results = await asyncio.gather(*(speak(ws, hello, i, text, word_gap_s) for i, (ws, hello) in enumerate(opened)))
+        return Level(results, time.perf_counter() - started, time.process_time() - cpu, opened[0][1]["model"]["name"])
+    finally:
+        await asyncio.gather(*(item[0].close() for item in opened if not isinstance(item, BaseException)))
+
+
+def get_json(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status, orjson.loads(reply.read())
+    except urllib.error.HTTPError as error:  # /ready answers 503 while the model loads
+        return error.code, None
+
+
+def wait_ready(base: str, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.returncode} before it was ready")
+        with contextlib.suppress(OSError):  # not listening yet
+            if get_json(base + "/ready")[0] == 200:
+                return
+        time.sleep(0.5)
+    raise RuntimeError(f"the server was not ready after {START_TIMEOUT_S} s")
+
+
+async def wait_disconnected(base: str) -> None:
+    """Sessions of the previous level must be gone from the server before the next level counts against
+    max_connections."""
+    while (await asyncio.to_thread(get_json, base + "/status"))[1]["connections"]["active"]:
+        await asyncio.sleep(0.05)
+
+
+async def measure(args: argparse.Namespace, base: str, max_patches: int) -> None:
+    url = base.replace("http://", "ws://") + "/v1/tts/ws"
+    word_gap_s = args.word_gap_ms / 1000
+    await run_level(url, 1, args.text, word_gap_s)  # the first context takes paths the engine's own warm-up does not
+    for sessions in args.sessions:
+        await wait_disconnected(base)
+        level = await run_level(url, sessions, args.text, word_gap_s)
+        results = level.results
+        first = [1000 * r.first_frame_s for r in results]
+        worst = [1000 * r.worst_gap_s for r in results]
+        audio = sum(r.audio_s for r in results)
+        line = {
+            "sessions": sessions,
+            "device": args.device,
+            "model": level.model,
+            "max_patches": max_patches,
+            "word_gap_ms": args.word_gap_ms,
+            "first_text_to_first_frame_ms": {
+                "p50": round(statistics.median(first), 1),
+                "p95": round(percentile(first, 0.95), 1),
+                "max": round(max(first), 1),
+            },
+            "worst_gap_ms": round(max(worst), 1),
+            "worst_gap_p95_ms": round(percentile(worst, 0.95), 1),
+            "starved_sessions": sum(r.starved_s > 0 for r in results),
+            "starved_ms_total": round(1000 * sum(r.starved_s for r in results), 1),
+            "server_ttfa_ms_p50": server_p50(results, "ttfa_ms"),
+            "server_queue_ms_p50": server_p50(results, "queue_ms"),
+            "server_rtf_p50": server_p50(results, "rtf"),
+            "audio_s": round(audio, 2),
+            "audio_s_per_session": round(audio / sessions, 2),
+            "wall_s": round(level.wall_s, 2),
+            "xrt": round(audio / level.wall_s, 2),
+            "client_cpu_s": round(level.client_cpu_s, 2),
+        }
+        print(orjson.dumps(line).decode(), flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def main(args: argparse.Namespace) -> None:
+    cuda = args.device.startswith("cuda")
+    args.sessions = args.sessions or ([1, 32, 128, 256] if cuda else [1, 8])
+    # The reference's text-length cap on the GPU; a few patches per segment keep the CPU run short.
+    max_patches = args.max_patches
+    if max_patches is None:
+        max_patches = ServerConfig().max_patches if cuda else 8
+    with tempfile.TemporaryDirectory() as scratch:
+        model = args.model
+        if model is None:
+            from engine.models.voxcpm.make_checkpoint import make_checkpoint
+
+            model = str(make_checkpoint("voxcpm2", "tiny", Path(scratch) / "tiny"))
+        port = free_port()
+        most = str(max(args.sessions))
+        command = [sys.executable, "-m", "wsserver", "--model", model, "--device", args.device, "--port", str(port)]
+        # Every session gets an engine slot and a connection: the benchmark measures the engine under that load, not
+        # the server's FIFO in front of a smaller engine.
+        command += ["--max-num-seqs", most, "--max-connections", most, "--max-patches", str(max_patches)]
+        # A separate process, as in production: the clients' own work must not share the server's GIL and event loop.
+        server = subprocess.Popen(command, stdout=sys.stderr)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_ready(base, server)
+            uvloop.run(measure(args, base, max_patches))
+        finally:
+            server.send_signal(signal.SIGTERM)  # drains: no session is open by now
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 50])
-    parser.add_argument("--model", default=None)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--max-patches", type=int, default=8)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, nargs="+", help="default 1 32 128 256 on cuda, else 1 8")
+    parser.add_argument("--model", default=None, help="checkpoint; default: a freshly generated tiny random one")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    parser.add_argument("--max-patches", type=int, help="cap per segment; default the server's on cuda, else 8")
     parser.add_argument("--word-gap-ms", type=float, default=20.0, help="pause between streamed words (LLM pace)")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--text", default=TEXT, help="what each session says (default: three sentences)")
+    main(parser.parse_args())
