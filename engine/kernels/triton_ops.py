@@ -84,6 +84,20 @@ def add_rms_norm(
 
 # Integer arguments that vary with the batch or token count are not specialised on: Triton would otherwise
 # compile a new variant the first time such a value is 1 or not a multiple of 16, a stall mid-serve.
+@triton.jit
+def _rope_heads(base, cos1, cos2, sin1, sin2, H: tl.constexpr, H_P: tl.constexpr, D: tl.constexpr):
+    """Rotate one token's H heads in place. Each thread loads BOTH halves of the elements it rotates before it
+    stores them: were x[d] and its partner x[d + D/2] held by different threads, one thread's store could land
+    before the other's load of the same element (nothing orders them in global memory)."""
+    h = tl.arange(0, H_P)[:, None]
+    mask = h < H
+    ptr = base + h * D + tl.arange(0, D // 2)[None, :]
+    x1 = tl.load(ptr, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(ptr + D // 2, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptr, (x1 * cos1 - x2 * sin1).to(base.dtype.element_ty), mask=mask)
+    tl.store(ptr + D // 2, (x2 * cos2 + x1 * sin2).to(base.dtype.element_ty), mask=mask)
+
+
 @triton.jit(do_not_specialize=["n_rows"])
 def _rope_kernel(
     q_ptr, k_ptr, cos_ptr, sin_ptr, q_stride, k_stride, n_rows,
@@ -91,25 +105,13 @@ def _rope_kernel(
 ):  # fmt: skip
     token = tl.program_id(0).to(tl.int64)
     row = token % n_rows
-    d = tl.arange(0, D)
-    partner = (d + D // 2) % D
-    sign = tl.where(d < D // 2, -1.0, 1.0)
-    cos = tl.load(cos_ptr + row * D + d).to(tl.float32)[None, :]
-    sin = (tl.load(sin_ptr + row * D + d).to(tl.float32) * sign)[None, :]
-
-    hq = tl.arange(0, HQ_P)[:, None]
-    q_base = q_ptr + token * q_stride
-    q_mask = hq < HQ
-    x = tl.load(q_base + hq * D + d[None, :], mask=q_mask, other=0.0).to(tl.float32)
-    xp = tl.load(q_base + hq * D + partner[None, :], mask=q_mask, other=0.0).to(tl.float32)
-    tl.store(q_base + hq * D + d[None, :], (x * cos + xp * sin).to(q_ptr.dtype.element_ty), mask=q_mask)
-
-    hk = tl.arange(0, HK_P)[:, None]
-    k_base = k_ptr + token * k_stride
-    k_mask = hk < HK
-    x = tl.load(k_base + hk * D + d[None, :], mask=k_mask, other=0.0).to(tl.float32)
-    xp = tl.load(k_base + hk * D + partner[None, :], mask=k_mask, other=0.0).to(tl.float32)
-    tl.store(k_base + hk * D + d[None, :], (x * cos + xp * sin).to(k_ptr.dtype.element_ty), mask=k_mask)
+    half = tl.arange(0, D // 2)[None, :]
+    cos1 = tl.load(cos_ptr + row * D + half).to(tl.float32)
+    cos2 = tl.load(cos_ptr + row * D + D // 2 + half).to(tl.float32)
+    sin1 = tl.load(sin_ptr + row * D + half).to(tl.float32)
+    sin2 = tl.load(sin_ptr + row * D + D // 2 + half).to(tl.float32)
+    _rope_heads(q_ptr + token * q_stride, cos1, cos2, sin1, sin2, HQ, HQ_P, D)
+    _rope_heads(k_ptr + token * k_stride, cos1, cos2, sin1, sin2, HK, HK_P, D)
 
 
 def _token_stride(x: torch.Tensor) -> int | None:
