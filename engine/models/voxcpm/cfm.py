@@ -125,7 +125,9 @@ class CFM(nn.Module):
         x = state.x
         dtype, batch = x.dtype, x.shape[0]
         t_tab, dt_tab, zero_tab = self.schedule_tables(dtype, x.device)
-        t, dt = t_tab[state.steps, k - 1], dt_tab[state.steps, k - 1]
+        # A 0-dim index would be read back to the host (a sync, not capturable): index with a [B] tensor instead.
+        column = (k - 1).expand(batch)
+        t, dt = t_tab[state.steps, column], dt_tab[state.steps, column]
         # dt is an input only in mean mode; otherwise its token is that of dt = 0, for every row.
         delta = self.estimator.delta_token(dt if self.mean_mode else torch.zeros(1, dtype=dtype, device=x.device))
         time = self.estimator.time_token(t) + delta
