@@ -74,3 +74,15 @@ async def test_web_demo_is_served_and_paths_stay_inside(serve: ServeFactory) -> 
         assert (await http_get(running.http_url + "/../pyproject.toml"))[0] == 404
         assert (await http_get(running.http_url + "/%2e%2e/pyproject.toml"))[0] == 404
         assert (await http_get(running.http_url + "/nope.html"))[0] == 404
+
+
+async def test_audio_frames_are_not_compressed(serve: ServeFactory) -> None:
+    """The server declines permessage-deflate even when the client offers it (websockets' client does, as browsers
+    do): compressing audio frames costs the event loop far more than it saves."""
+    async with serve(max_patches=2) as running:
+        client = await Client.connect(running.ws_url, compression="deflate")
+        assert client.ws.protocol.extensions == []
+        assert "Sec-WebSocket-Extensions" not in client.ws.response.headers
+        await client.send("context.create", ctx="c", text="Plain frames. ")
+        await client.send("context.end", ctx="c")
+        await client.until_ended("c")
