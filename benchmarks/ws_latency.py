@@ -12,7 +12,13 @@ context and reads `pcm_s16le` frames at the model's rate until `context.done`. P
   starts at the first frame and, when it runs dry, waits for the next frame and plays on);
 - `server_ttfa_ms_p50`, `server_queue_ms_p50`, `server_rtf_p50`: the server's own figures from `context.done`;
 - `audio_s`, `wall_s`, `xrt`: audio delivered by all sessions, from the start to the last `context.done`, and
-  their ratio; `client_cpu_s`: the clients' CPU time meanwhile (close to `wall_s`, they would be the bottleneck).
+  their ratio; `client_cpu_s`: the clients' CPU time meanwhile (close to `wall_s`, they would be the bottleneck);
+- `server_cpu_s`: the server process's CPU time meanwhile per thread (Linux), its busiest threads first: a thread
+  near `wall_s` is the bottleneck (`main` runs the event loop; the engine's step loop is another);
+- `engine`: the engine's step time and batch size (means of /status samples taken every 0.25 s).
+
+`--profile-sessions N --profile-out FILE` also records the server with py-spy (collapsed stacks of every thread,
+`py-spy record --format raw`) while the level of N sessions runs.
 
     PYTHONPATH=. python benchmarks/ws_latency.py --sessions 1 8                 # CPU, tiny random checkpoint
     python3 benchmarks/ws_latency.py --device cuda --model CKPT                 # sessions 1 32 128 256
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import statistics
@@ -186,13 +193,59 @@ async def wait_disconnected(base: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def measure(args: argparse.Namespace, base: str, max_patches: int) -> None:
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread of process `pid`: "main" (the event loop's) and "tid N" for the others."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            name = "main" if task.name == str(pid) else f"tid {task.name}"
+            cpu[name] = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    return cpu
+
+
+async def sample_engine(base: str, samples: list[dict[str, Any]]) -> None:
+    """/status's engine figures every 0.25 s, while the sessions speak (cancel to stop)."""
+    while True:
+        status = (await asyncio.to_thread(get_json, base + "/status"))[1]
+        if status and status.get("engine"):
+            samples.append(status["engine"])
+        await asyncio.sleep(0.25)
+
+
+def engine_means(samples: list[dict[str, Any]]) -> dict[str, float] | None:
+    busy = [s for s in samples if s["running"]]
+    if not busy:
+        return None
+    return {key: round(statistics.mean(s[key] for s in busy), 2) for key in ("step_ms", "batch_size", "running")}
+
+
+async def measure(args: argparse.Namespace, base: str, max_patches: int, server_pid: int) -> None:
     url = base.replace("http://", "ws://") + "/v1/tts/ws"
     word_gap_s = args.word_gap_ms / 1000
     await run_level(url, 1, args.text, word_gap_s)  # the first context takes paths the engine's own warm-up does not
     for sessions in args.sessions:
         await wait_disconnected(base)
+        samples: list[dict[str, Any]] = []
+        sampler = asyncio.create_task(sample_engine(base, samples))
+        profiler = None
+        if sessions == args.profile_sessions:
+            profiler = subprocess.Popen(
+                [
+                    *("py-spy", "record", "--pid", str(server_pid), "--format", "raw", "--threads", "--rate", "50"),
+                    *("--output", args.profile_out, "--nonblocking"),
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+        cpu_before = thread_cpu(server_pid)
         level = await run_level(url, sessions, args.text, word_gap_s)
+        cpu_after = thread_cpu(server_pid)
+        sampler.cancel()
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            profiler.wait()
+        server_cpu = {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}
         results = level.results
         first = [1000 * r.first_frame_s for r in results]
         worst = [1000 * r.worst_gap_s for r in results]
@@ -220,6 +273,10 @@ async def measure(args: argparse.Namespace, base: str, max_patches: int) -> None
             "wall_s": round(level.wall_s, 2),
             "xrt": round(audio / level.wall_s, 2),
             "client_cpu_s": round(level.client_cpu_s, 2),
+            "server_cpu_s": {
+                name: round(seconds, 2) for name, seconds in sorted(server_cpu.items(), key=lambda kv: -kv[1])[:4]
+            },
+            "engine": engine_means(samples),
         }
         print(orjson.dumps(line).decode(), flush=True)
 
@@ -254,7 +311,7 @@ def main(args: argparse.Namespace) -> None:
         try:
             base = f"http://127.0.0.1:{port}"
             wait_ready(base, server)
-            uvloop.run(measure(args, base, max_patches))
+            uvloop.run(measure(args, base, max_patches, server.pid))
         finally:
             server.send_signal(signal.SIGTERM)  # drains: no session is open by now
             try:
@@ -272,4 +329,6 @@ if __name__ == "__main__":
     parser.add_argument("--max-patches", type=int, help="cap per segment; default the server's on cuda, else 8")
     parser.add_argument("--word-gap-ms", type=float, default=20.0, help="pause between streamed words (LLM pace)")
     parser.add_argument("--text", default=TEXT, help="what each session says (default: three sentences)")
+    parser.add_argument("--profile-sessions", type=int, help="record the server with py-spy during this level")
+    parser.add_argument("--profile-out", default="artifacts/ws-profile.txt", help="py-spy's collapsed stacks")
     main(parser.parse_args())
