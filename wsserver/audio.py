@@ -6,12 +6,14 @@ context's audio is one continuous stream: the resampler and the Opus encoder kee
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import dataclass
 
 import numpy as np
 import opuslib
+from numpy.lib.stride_tricks import sliding_window_view
 
 from wsserver.messages import OutputSettings
 
@@ -45,6 +47,22 @@ class FrameHeader:
         return cls(kind, handle, seq, pts, segment, flags, version), frame[HEADER.size :]
 
 
+@functools.cache
+def _polyphase_filter(up: int, down: int, zero_crossings: int, beta: float) -> np.ndarray:
+    """The Kaiser-windowed sinc of a up/down resampler in polyphase form, each phase's taps oldest input first:
+    [p, taps - 1 - j] = h[p + j * up]. One per rate pair (every context of that pair shares it, read-only)."""
+    factor = max(up, down)
+    half = zero_crossings * factor
+    n = np.arange(-half, half + 1)
+    cutoff = 0.5 / factor  # the lower Nyquist, in cycles per upsampled sample
+    h = 2 * cutoff * np.sinc(2 * cutoff * n) * np.kaiser(n.size, beta) * up
+    taps = -(-h.size // up)
+    h = np.pad(h, (0, taps * up - h.size))
+    phases = np.ascontiguousarray(h.reshape(taps, up).T[:, ::-1], dtype=np.float32)
+    phases.flags.writeable = False
+    return phases
+
+
 class Resampler:
     """Streaming rational-ratio resampler: a Kaiser-windowed sinc in polyphase form.
 
@@ -56,14 +74,9 @@ class Resampler:
     def __init__(self, in_rate: int, out_rate: int, zero_crossings: int = 16, beta: float = 8.6) -> None:
         g = math.gcd(in_rate, out_rate)
         self.up, self.down = out_rate // g, in_rate // g
-        factor = max(self.up, self.down)
-        self.half = zero_crossings * factor  # filter half-length, in samples of the upsampled signal
-        n = np.arange(-self.half, self.half + 1)
-        cutoff = 0.5 / factor  # the lower Nyquist, in cycles per upsampled sample
-        h = 2 * cutoff * np.sinc(2 * cutoff * n) * np.kaiser(n.size, beta) * self.up
-        self.taps = -(-h.size // self.up)
-        h = np.pad(h, (0, self.taps * self.up - h.size))
-        self.phases = h.reshape(self.taps, self.up).T.astype(np.float32)  # phases[p, j] = h[p + j * up]
+        self.half = zero_crossings * max(self.up, self.down)  # filter half-length, in samples of the upsampled signal
+        self._reversed = _polyphase_filter(self.up, self.down, zero_crossings, beta)
+        self.taps = self._reversed.shape[1]
         self._reset()
 
     def _reset(self) -> None:
@@ -92,16 +105,24 @@ class Resampler:
     def _emit(self, stop: int) -> np.ndarray:
         n = np.arange(self._next, max(stop, self._next))
         t = n * self.down + self.half
-        newest = t // self.up - self._origin  # buffer index of the newest input each output reads
-        window = self._buffer[newest[:, None] - np.arange(self.taps)[None, :]]
-        out = np.einsum("nj,nj->n", window, self.phases[t % self.up])
+        first = t // self.up - self._origin - (self.taps - 1)  # buffer index of the oldest input each output reads
+        windows = sliding_window_view(self._buffer, self.taps)  # windows[i] = _buffer[i : i + taps], no copy
+        out = np.empty(n.size, np.float32)
+        # Outputs up apart use the same filter phase and read windows exactly `down` inputs apart: one strided
+        # product per phase (one in all when decimating), not a gathered [outputs, taps] copy.
+        for k in range(min(self.up, n.size)):
+            rows = first[k :: self.up]
+            # einsum's own loop, not BLAS: a row's sum must not depend on how many rows a chunk has (seamless).
+            out[k :: self.up] = np.einsum(
+                "nj,j->n", windows[rows[0] : rows[-1] + 1 : self.down], self._reversed[t[k] % self.up]
+            )
         self._next += n.size
         # Keep only what the next output can still read.
         oldest = (self._next * self.down + self.half) // self.up - self.taps + 1 - self._origin
         if oldest > 0:
             self._buffer = self._buffer[oldest:]
             self._origin += oldest
-        return out.astype(np.float32, copy=False)
+        return out
 
 
 def mulaw_encode(x: np.ndarray) -> bytes:
