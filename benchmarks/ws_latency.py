@@ -105,10 +105,12 @@ async def open_session(url: str, handshakes: asyncio.Semaphore) -> tuple[ClientC
     return ws, orjson.loads(await ws.recv())
 
 
-async def speak(ws: ClientConnection, hello: dict[str, Any], seed: int, text: str, word_gap_s: float) -> SessionResult:
+async def speak(
+    ws: ClientConnection, hello: dict[str, Any], seed: int, text: str, word_gap_s: float, rate: int | None
+) -> SessionResult:
     """One context on an open session: stream `text` word by word, end it, and time every audio frame."""
-    sample_rate = hello["model"]["sample_rate"]
-    # PCM at the model's own rate: no resampling on the server, and a frame's payload length is its exact duration.
+    sample_rate = rate or hello["model"]["sample_rate"]
+    # PCM (at the model's own rate unless --sample-rate says otherwise): a frame's payload length is its duration.
     output = {"format": "pcm_s16le", "sample_rate": sample_rate, "frame_ms": FRAME_MS}
     create = {"type": "context.create", "ctx": "b", "output": output, "generation": {"seed": seed}}
     await ws.send(orjson.dumps(create).decode())
@@ -151,7 +153,7 @@ class Level:
     model: str
 
 
-async def run_level(url: str, sessions: int, text: str, word_gap_s: float) -> Level:
+async def run_level(url: str, sessions: int, text: str, word_gap_s: float, rate: int | None) -> Level:
     """All sessions connect first, then speak at once."""
     handshakes = asyncio.Semaphore(CONCURRENT_HANDSHAKES)
     opened = await asyncio.gather(*(open_session(url, handshakes) for _ in range(sessions)), return_exceptions=True)
@@ -160,7 +162,8 @@ async def run_level(url: str, sessions: int, text: str, word_gap_s: float) -> Le
             if isinstance(item, BaseException):
                 raise item
         started, cpu = time.perf_counter(), time.process_time()
-        results = await asyncio.gather(*(speak(ws, hello, i, text, word_gap_s) for i, (ws, hello) in enumerate(opened)))
+        speaking = (speak(ws, hello, i, text, word_gap_s, rate) for i, (ws, hello) in enumerate(opened))
+        results = await asyncio.gather(*speaking)
         return Level(results, time.perf_counter() - started, time.process_time() - cpu, opened[0][1]["model"]["name"])
     finally:
         await asyncio.gather(*(item[0].close() for item in opened if not isinstance(item, BaseException)))
@@ -224,7 +227,8 @@ def engine_means(samples: list[dict[str, Any]]) -> dict[str, float] | None:
 async def measure(args: argparse.Namespace, base: str, max_patches: int, server_pid: int) -> None:
     url = base.replace("http://", "ws://") + "/v1/tts/ws"
     word_gap_s = args.word_gap_ms / 1000
-    await run_level(url, 1, args.text, word_gap_s)  # the first context takes paths the engine's own warm-up does not
+    # The first context takes paths the engine's own warm-up does not.
+    await run_level(url, 1, args.text, word_gap_s, args.sample_rate)
     for sessions in args.sessions:
         await wait_disconnected(base)
         samples: list[dict[str, Any]] = []
@@ -239,7 +243,7 @@ async def measure(args: argparse.Namespace, base: str, max_patches: int, server_
                 stdout=subprocess.DEVNULL,
             )
         cpu_before = thread_cpu(server_pid)
-        level = await run_level(url, sessions, args.text, word_gap_s)
+        level = await run_level(url, sessions, args.text, word_gap_s, args.sample_rate)
         cpu_after = thread_cpu(server_pid)
         sampler.cancel()
         if profiler is not None:
@@ -256,6 +260,7 @@ async def measure(args: argparse.Namespace, base: str, max_patches: int, server_
             "model": level.model,
             "max_patches": max_patches,
             "word_gap_ms": args.word_gap_ms,
+            "sample_rate": args.sample_rate or "model",
             "first_text_to_first_frame_ms": {
                 "p50": round(statistics.median(first), 1),
                 "p95": round(percentile(first, 0.95), 1),
@@ -329,6 +334,7 @@ if __name__ == "__main__":
     parser.add_argument("--max-patches", type=int, help="cap per segment; default the server's on cuda, else 8")
     parser.add_argument("--word-gap-ms", type=float, default=20.0, help="pause between streamed words (LLM pace)")
     parser.add_argument("--text", default=TEXT, help="what each session says (default: three sentences)")
+    parser.add_argument("--sample-rate", type=int, help="PCM rate asked for (default: the model's, no resampling)")
     parser.add_argument("--profile-sessions", type=int, help="record the server with py-spy during this level")
     parser.add_argument("--profile-out", default="artifacts/ws-profile.txt", help="py-spy's collapsed stacks")
     main(parser.parse_args())
