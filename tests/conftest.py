@@ -87,13 +87,11 @@ def serve(engine: Any) -> ServeFactory:
         config = ServerConfig(model="in-process", port=0, limits=Limits(**(limits or {})), **overrides)
         server = TTSServer(config)
         server.attach(engine, await VoiceRegistry.load(engine, config.voices_dir))
-        listening = await server.listen()
-        port = listening.sockets[0].getsockname()[1]
+        port = (await server.listen()).getsockname()[1]
         try:
             yield RunningServer(server, f"ws://127.0.0.1:{port}/v1/tts/ws", f"http://127.0.0.1:{port}")
         finally:
-            listening.close()
-            await listening.wait_closed()
+            await server.close()
             await wait_idle(engine)
 
     return start

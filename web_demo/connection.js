@@ -87,7 +87,8 @@ async function probeRefusal(event, url) {
   try {
     const response = await fetch(httpUrl, { cache: "no-store" });
     const body = await response.json().catch(() => null);
-    const detail = body?.message ? `: ${body.message}` : "";
+    const message = body?.error?.message;
+    const detail = message ? `: ${message}` : "";
     const retryAfterS = Number(response.headers.get("Retry-After")) || null;
     if (response.status === 503) return { code: event.code, busy: true, retryAfterS, text: `Server busy${detail}` };
     if (response.status === 401) {

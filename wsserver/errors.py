@@ -33,6 +33,7 @@ CLIENT_FAULTS = frozenset({ErrorCode.BAD_JSON, ErrorCode.BAD_MESSAGE, ErrorCode.
 class CloseCode(enum.IntEnum):
     """WebSocket close codes the server uses; each fatal error is followed by one of these."""
 
+    GOING_AWAY = 1001  # the server closes while the session is still open (after a drain, only non-readers)
     BAD_REQUEST_LOOP = 4400
     UNAUTHORIZED = 4401
     STALLED = 4408  # the client stopped reading, or the session sat idle past idle_timeout_s

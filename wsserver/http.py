@@ -1,85 +1,102 @@
-"""Plain HTTP on the WebSocket port: probes, status, metrics, the web demo, and the handshake's admission checks.
+"""Plain HTTP on the WebSocket port: probes, status, metrics and the web demo, as a Starlette application.
 
-Hooked in as websockets' `process_request`: returning a Response answers the request, returning None lets the
-WebSocket handshake proceed.
+uvicorn serves it; WebSocket upgrades never reach it (wsserver.websocket). Every error body has OpenAI's shape,
+`{"error": {"message", "type", "param", "code"}}`, which the OpenAI-compatible clients parse.
 """
 
 from __future__ import annotations
 
-import hmac
-import mimetypes
-from collections.abc import Callable
-from http import HTTPStatus
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
 
 import orjson
-from websockets.asyncio.server import ServerConnection
-from websockets.datastructures import Headers
-from websockets.http11 import Request, Response
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 if TYPE_CHECKING:
     from wsserver.server import TTSServer
 
 WS_PATH = "/v1/tts/ws"
-RETRY_AFTER_S = 5
+RETRY_AFTER_S = 5  # what a refused client is told to wait (full, starting or draining)
 
 
-def response(status: int, body: bytes, content_type: str, **extra: str) -> Response:
-    headers = Headers({"Content-Type": content_type, "Content-Length": str(len(body)), "Cache-Control": "no-store"})
-    for name, value in extra.items():
-        headers[name.replace("_", "-")] = value
-    return Response(status, HTTPStatus(status).phrase, headers, body)
+class ApiError(Exception):
+    """An HTTP error with OpenAI's error body. `type` is OpenAI's coarse class, `code` our precise one."""
+
+    def __init__(self, status: int, code: str, message: str, param: str | None = None, **headers: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.param = status, code, message, param
+        self.headers = {name.replace("_", "-"): value for name, value in headers.items()}
+
+    @property
+    def type(self) -> str:
+        if self.status >= 500:
+            return "server_error"
+        return {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}.get(
+            self.status, "invalid_request_error"
+        )
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> Response:
+        return json_response(self.status, self.body(), **self.headers)
 
 
-def json_response(status: int, payload: Any, **extra: str) -> Response:
-    return response(status, orjson.dumps(payload), "application/json", **extra)
+def over_capacity(message: str) -> ApiError:
+    return ApiError(503, "over_capacity", message, Retry_After=str(RETRY_AFTER_S))
 
 
-def make_process_request(server: TTSServer) -> Callable[[ServerConnection, Request], Response | None]:
-    def process_request(connection: ServerConnection, request: Request) -> Response | None:
-        url = urlsplit(request.path)
-        if url.path == WS_PATH:
-            return _admit(server, request, url.query)
-        if url.path == "/health":
-            return json_response(200, {"status": "ok"})
-        if url.path == "/ready":
-            state = "draining" if server.draining else "ready" if server.ready else "starting"
-            return json_response(200 if state == "ready" else 503, {"status": state})
-        if url.path == "/status":
-            return json_response(200, server.status())
-        if url.path == "/metrics":
-            return response(200, server.render_metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
-        return _static(server.config.static_dir, url.path)
-
-    return process_request
+def json_response(status: int, payload: Any, **headers: str) -> Response:
+    return Response(
+        orjson.dumps(payload), status, {"Cache-Control": "no-store", **headers}, media_type="application/json"
+    )
 
 
-def _admit(server: TTSServer, request: Request, query: str) -> Response | None:
-    key = server.config.api_key
-    if key is not None:
-        header = request.headers.get("Authorization", "")
-        token = header[7:] if header.startswith("Bearer ") else (parse_qs(query).get("token") or [""])[0]
-        if not hmac.compare_digest(token.encode(), key.encode()):
-            return json_response(401, {"error": "unauthorized", "message": "Authorization: Bearer KEY or ?token=KEY"})
-    if not server.ready or server.draining:
-        reason = "draining" if server.draining else "starting"
-        return json_response(503, {"error": "over_capacity", "message": reason}, Retry_After=str(RETRY_AFTER_S))
-    if len(server.connections) >= server.config.max_connections:
-        message = f"max_connections={server.config.max_connections} sessions are open"
-        return json_response(503, {"error": "over_capacity", "message": message}, Retry_After=str(RETRY_AFTER_S))
-    return None
+def make_app(server: TTSServer) -> Starlette:
+    async def health(_: Request) -> Response:
+        return json_response(200, {"status": "ok"})
 
+    async def ready(_: Request) -> Response:
+        state = "draining" if server.draining else "ready" if server.ready else "starting"
+        return json_response(200 if state == "ready" else 503, {"status": state})
 
-def _static(root: Path, path: str) -> Response:
-    root = root.resolve()
-    target = (root / path.lstrip("/")).resolve()
-    if target.is_dir():
-        target = target / "index.html"
-    if not target.is_relative_to(root) or not target.is_file():
-        return json_response(404, {"error": "not found"})
-    content_type = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-    if target.suffix == ".js":  # AudioWorklet modules must be served as JavaScript
-        content_type = "text/javascript"
-    return response(200, target.read_bytes(), content_type)
+    async def status(_: Request) -> Response:
+        return json_response(200, server.status())
+
+    async def metrics(_: Request) -> Response:
+        return Response(
+            server.render_metrics(),
+            headers={"Cache-Control": "no-store"},
+            media_type="text/plain; version=0.0.4; charset=utf-8",
+        )
+
+    async def websocket_probe(request: Request) -> Response:
+        # A plain GET of the WebSocket path answers what a handshake would get: browsers hide a refused handshake's
+        # status from the page, so the web demo asks here to tell "busy" (503) from "not authorised" (401).
+        refusal = server.admission(request.headers.get("Authorization"), request.url.query)
+        if refusal is not None:
+            raise refusal
+        raise ApiError(426, "upgrade_required", "open a WebSocket here", Upgrade="websocket")
+
+    async def api_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return exc.response()
+
+    async def http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return ApiError(exc.status_code, code, str(exc.detail)).response()
+
+    routes = [
+        Route("/health", health),
+        Route("/ready", ready),
+        Route("/status", status),
+        Route("/metrics", metrics),
+        Route(WS_PATH, websocket_probe),
+        Mount("/", StaticFiles(directory=server.config.static_dir, html=True)),
+    ]
+    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})

@@ -21,14 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+import uvicorn
+from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from engine import AsyncEngine, EngineError, GenerationParams, GenerationRequest
@@ -37,14 +41,30 @@ from wsserver.admission import SlotQueue
 from wsserver.config import ServerConfig
 from wsserver.continuity import Continuity
 from wsserver.errors import CloseCode, ErrorCode
-from wsserver.http import make_process_request
+from wsserver.http import ApiError, make_app, over_capacity
 from wsserver.metrics import ServerMetrics
 from wsserver.protocol import AbortSegment, CloseConnection, RunSegment, Session, SessionConfig
 from wsserver.voices import VoiceRegistry
+from wsserver.websocket import Upgrades
 
 logger = logging.getLogger(__name__)
 
 ABORT_CLOSE_S = 1.0  # a forced close (the client read nothing for stall_timeout_s) tries the handshake this long
+
+
+async def _going_away(websocket: ServerConnection) -> None:
+    try:
+        await asyncio.wait_for(websocket.close(CloseCode.GOING_AWAY, "server closing"), ABORT_CLOSE_S)
+    except TimeoutError:
+        websocket.transport.abort()
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its signal handlers: SIGTERM drains the sessions first (wsserver.__main__), then closes it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 @dataclass(eq=False, slots=True)
@@ -66,35 +86,66 @@ class TTSServer:
         self.slots: SlotQueue[_Job] = SlotQueue(config.max_num_seqs)
         self.connections: set[Connection] = set()
         self.draining = False
-        self._server: Server | None = None
+        self._upgrades: Upgrades | None = None  # made in listen(): websockets wants a running loop
+        self._uvicorn: _Uvicorn | None = None
+        self._serving: asyncio.Task[None] | None = None
 
     @property
     def ready(self) -> bool:
         return self.engine is not None and self.engine.stats().healthy
+
+    def admission(self, authorization: str | None, query: str) -> ApiError | None:
+        """Why a new session may not start now (the API key, readiness, room), or None: the WebSocket handshake's
+        checks, also answered over plain HTTP (wsserver.http)."""
+        key = self.config.api_key
+        if key is not None:
+            header = authorization or ""
+            token = header[7:] if header.startswith("Bearer ") else (parse_qs(query).get("token") or [""])[0]
+            if not hmac.compare_digest(token.encode(), key.encode()):
+                return ApiError(401, "unauthorized", "Authorization: Bearer KEY or ?token=KEY")
+        if not self.ready or self.draining:
+            return over_capacity("draining" if self.draining else "starting")
+        if len(self.connections) >= self.config.max_connections:
+            return over_capacity(f"max_connections={self.config.max_connections} sessions are open")
+        return None
 
     def attach(self, engine: AsyncEngine, voices: VoiceRegistry) -> None:
         """The engine is loaded and warmed up: start accepting sessions."""
         self.engine, self.voices = engine, voices
         self.slots.slots = min(self.config.max_num_seqs, engine.config.max_num_seqs)
 
-    async def listen(self) -> Server:
-        self._server = await serve(
-            self._handle,
-            self.config.bind_host,
-            self.config.port,
-            process_request=make_process_request(self),
-            # Messages between max_message_bytes and this are refused by the session with an error and 4413;
-            # only absurd ones are cut off by the WebSocket layer (1009).
-            max_size=4 * self.config.limits.max_message_bytes,
-            write_limit=64 * 1024,
-            # Decline permessage-deflate, which browsers and websockets clients offer by default: audio does not
-            # compress, and compressing every frame took 84% of the event loop at 128 sessions on an H200 host
-            # (py-spy), starving every stream; the JSON messages are too few and small to gain from it.
-            compression=None,
-            subprotocols=["ttsws.v1"],
-            select_subprotocol=lambda _conn, offered: "ttsws.v1" if "ttsws.v1" in offered else None,
+    async def listen(self, sock: socket.socket | None = None) -> socket.socket:
+        """Serve HTTP and WebSocket sessions on `sock` (default: bind the configured address); returns the socket."""
+        if sock is None:
+            sock = socket.create_server((self.config.bind_host, self.config.port), backlog=2048)
+        self._upgrades = Upgrades(self)
+        config = uvicorn.Config(
+            make_app(self),
+            ws=self._upgrades.protocol_factory(),
+            http="httptools",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            # The drain (below) bounds in-flight work; uvicorn then only closes idle keep-alive connections.
+            timeout_graceful_shutdown=ABORT_CLOSE_S,
         )
-        return self._server
+        self._uvicorn = _Uvicorn(config)
+        self._serving = asyncio.create_task(self._uvicorn.serve(sockets=[sock]))
+        while not self._uvicorn.started:
+            if self._serving.done():
+                self._serving.result()  # startup failed: raise its error
+            await asyncio.sleep(0.01)
+        return sock
+
+    async def close(self) -> None:
+        """Stop listening, close idle HTTP connections, and close the sessions still open with 1001 (going away):
+        after `drain` none are left but those of clients that never read."""
+        if self._uvicorn is None or self._serving is None or self._upgrades is None:
+            return
+        self._uvicorn.should_exit = True
+        await self._serving
+        await asyncio.gather(*(_going_away(websocket) for websocket in list(self._upgrades.all_connections)))
+        await asyncio.gather(*self._upgrades.handler_tasks, return_exceptions=True)
 
     async def drain(self) -> None:
         """SIGTERM: /ready turns 503, sessions are told, open contexts get `drain_timeout_s` to finish, the rest are
@@ -112,9 +163,7 @@ class TTSServer:
         deadline = time.monotonic() + ABORT_CLOSE_S + 1
         while self.connections and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        await self.close()
 
     def status(self) -> dict[str, Any]:
         stats = self.engine.stats() if self.engine is not None else None
@@ -175,7 +224,8 @@ class TTSServer:
             granted.granted.set_result(None)
         self.announce_positions()
 
-    async def _handle(self, websocket: ServerConnection) -> None:
+    async def handle(self, websocket: ServerConnection) -> None:
+        """One WebSocket session, from the completed handshake to the end of the connection."""
         if len(self.connections) >= self.config.max_connections:
             # Handshakes that passed the HTTP check together can overshoot it; refuse the extra ones here.
             message = m.ErrorMessage(ErrorCode.OVER_CAPACITY, "max_connections reached", fatal=True)

@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from email.message import Message
 from typing import Any
 
 import orjson
@@ -103,13 +104,15 @@ def _message(event: Event) -> dict[str, Any]:
     return event
 
 
-async def http_get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    def get() -> tuple[int, dict[str, str], bytes]:
+async def http_get(url: str, headers: dict[str, str] | None = None) -> tuple[int, Message, bytes]:
+    """GET `url`: status, headers (looked up case-insensitively, as HTTP names are), body."""
+
+    def get() -> tuple[int, Message, bytes]:
         request = urllib.request.Request(url, headers=headers or {})
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, dict(response.headers), response.read()
+                return response.status, response.headers, response.read()
         except urllib.error.HTTPError as exc:
-            return exc.code, dict(exc.headers), exc.read()
+            return exc.code, exc.headers, exc.read()
 
     return await asyncio.to_thread(get)

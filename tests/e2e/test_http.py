@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import orjson
+import pytest
+from websockets.exceptions import InvalidStatus
 
 from tests.e2e.client import Client, http_get
 from tests.servers import ServeFactory
@@ -70,7 +72,7 @@ async def test_web_demo_is_served_and_paths_stay_inside(serve: ServeFactory) -> 
         status, headers, body = await http_get(running.http_url + "/")
         assert status == 200 and headers["Content-Type"].startswith("text/html") and b"<" in body
         status, headers, _ = await http_get(running.http_url + "/app.js")
-        assert status == 200 and headers["Content-Type"] == "text/javascript"
+        assert status == 200 and headers["Content-Type"].startswith("text/javascript")
         assert (await http_get(running.http_url + "/../pyproject.toml"))[0] == 404
         assert (await http_get(running.http_url + "/%2e%2e/pyproject.toml"))[0] == 404
         assert (await http_get(running.http_url + "/nope.html"))[0] == 404
@@ -86,3 +88,25 @@ async def test_audio_frames_are_not_compressed(serve: ServeFactory) -> None:
         await client.send("context.create", ctx="c", text="Plain frames. ")
         await client.send("context.end", ctx="c")
         await client.until_ended("c")
+
+
+async def test_websocket_path_over_plain_http_answers_what_a_handshake_would_get(serve: ServeFactory) -> None:
+    """Browsers hide a refused handshake's status; the web demo asks the same URL over plain HTTP instead."""
+    async with serve(max_connections=1) as running:
+        probe = running.http_url + "/v1/tts/ws"
+        status, headers, body = await http_get(probe)
+        assert status == 426 and headers["Upgrade"] == "websocket"
+        client = await Client.connect(running.ws_url)
+        status, headers, body = await http_get(probe)
+        assert status == 503 and int(headers["Retry-After"]) > 0
+        error = orjson.loads(body)["error"]
+        assert error["code"] == "over_capacity" and "max_connections=1" in error["message"]
+        await client.close()
+
+
+async def test_websocket_upgrade_elsewhere_is_not_found(serve: ServeFactory) -> None:
+    async with serve() as running:
+        with pytest.raises(InvalidStatus) as refused:
+            await Client.connect(running.ws_url.replace("/v1/tts/ws", "/v1/elsewhere"))
+        assert refused.value.response.status_code == 404
+        assert orjson.loads(refused.value.response.body)["error"]["code"] == "not_found"

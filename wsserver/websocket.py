@@ -1,0 +1,108 @@
+"""The WebSocket side of the port: uvicorn parses every request, and hands an upgrade to a websockets connection.
+
+uvicorn calls the `ws` protocol factory of its configuration with the upgraded socket and the request it parsed; the
+factory here answers with websockets' own asyncio `ServerConnection`, which runs the opening handshake (the admission
+checks below), then `TTSServer.handle`. So a session talks to the socket through websockets directly, not through
+ASGI messages: the guarantees of `wsserver.server` need the transport itself (a bounded kernel send buffer, awaiting
+each send, aborting a client that stopped reading), which an ASGI WebSocket hides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import orjson
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+
+from wsserver.http import WS_PATH, ApiError
+
+if TYPE_CHECKING:
+    from wsserver.server import TTSServer
+
+logger = logging.getLogger(__name__)
+
+SUBPROTOCOL = "ttsws.v1"
+OPEN_TIMEOUT_S = 10.0  # the opening handshake, as websockets' serve() bounds it
+
+
+class Upgrades(Server):
+    """websockets' server object for the connections that uvicorn accepted and upgraded. It never listens itself:
+    it runs each connection's handshake and handler, and keeps the registry websockets expects of a server."""
+
+    def __init__(self, tts: TTSServer) -> None:
+        super().__init__(create_server=self._listens_nowhere, handler=self._run, logger=logger)
+        self.tts = tts
+
+    @staticmethod
+    async def _listens_nowhere() -> asyncio.Server:
+        raise RuntimeError("uvicorn owns the listening socket")
+
+    def is_serving(self) -> bool:
+        # A handshake completing while the server drains is refused with 503 (websockets checks this last).
+        return not self.tts.draining
+
+    def protocol_factory(self) -> Callable[..., ServerConnection]:
+        """uvicorn's `ws` setting: called with (config, server_state, app_state) per upgraded connection."""
+        limits = self.tts.config.limits
+
+        def make(**_uvicorn: Any) -> ServerConnection:
+            protocol = ServerProtocol(
+                # No permessage-deflate, which browsers and websockets clients offer by default: audio does not
+                # compress, and compressing every frame took 84% of the event loop at 128 sessions on an H200 host
+                # (py-spy), starving every stream; the JSON messages are too few and small to gain from it.
+                extensions=None,
+                subprotocols=[SUBPROTOCOL],
+                select_subprotocol=lambda _protocol, offered: SUBPROTOCOL if SUBPROTOCOL in offered else None,
+                # Messages between max_message_bytes and this are refused by the session with an error and 4413;
+                # only absurd ones are cut off by the WebSocket layer (1009).
+                max_size=4 * limits.max_message_bytes,
+                logger=logger,
+            )
+            return ServerConnection(protocol, self, write_limit=64 * 1024)
+
+        return make
+
+    async def _run(self, connection: ServerConnection) -> None:
+        """One upgraded connection, as websockets' serve() runs it: the handshake, then the session; the transport is
+        never left open behind a failed handshake or a crashed handler."""
+        try:
+            async with asyncio.timeout(OPEN_TIMEOUT_S):
+                await connection.handshake(self._admit)
+            if connection.protocol.state is not State.OPEN:
+                connection.transport.abort()
+                return
+            self.all_connections.add(connection)
+            connection.start_keepalive()
+            try:
+                async with connection:
+                    await self.tts.handle(connection)
+            except Exception:
+                logger.exception("session handler failed")
+            finally:
+                self.all_connections.discard(connection)
+        except Exception:
+            connection.transport.abort()
+        finally:
+            self.handler_tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+    def _admit(self, _connection: ServerConnection, request: Request) -> Response | None:
+        """The handshake's checks: the path, then the server's admission (key, readiness, room)."""
+        url = urlsplit(request.path)
+        if url.path != WS_PATH:
+            refusal = ApiError(404, "not_found", f"WebSocket sessions open at {WS_PATH}")
+        else:
+            refusal = self.tts.admission(request.headers.get("Authorization"), url.query)
+        if refusal is None:
+            return None
+        body = orjson.dumps(refusal.body())
+        headers = Headers({"Content-Type": "application/json", "Content-Length": str(len(body)), **refusal.headers})
+        return Response(refusal.status, HTTPStatus(refusal.status).phrase, headers, body)
