@@ -149,6 +149,10 @@ class AsyncEngine:
             if not done:
                 self.cancel(request.request_id)
 
+    def check(self, request: GenerationRequest) -> None:
+        """Raise EngineError if `request` could never run (as generate() would), without queueing anything."""
+        self.core.make_sequence(request)
+
     def cancel(self, request_id: str) -> None:
         """Thread-safe and idempotent: the request leaves the batch at the next step boundary."""
         with contextlib.suppress(EngineError):  # the engine is gone, and every request with it

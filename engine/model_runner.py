@@ -195,6 +195,7 @@ class ModelRunner:
             feat_dim=self.feat_dim,
             samples_per_patch=self.patch_size * self.vae.decode_chunk_size,
             supports_reference=checkpoint.config.is_v2,
+            audio_encoder_id=f"{checkpoint.config.architecture}-vae-{checkpoint.vae_sha256[:16]}",
         )
         self.graphs: StepGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager:

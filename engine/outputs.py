@@ -44,6 +44,9 @@ class ModelInfo:
     feat_dim: int
     samples_per_patch: int
     supports_reference: bool  # VoxCPM2 reference-audio conditioning
+    # Identifies the audio encoder (a digest of its weights): latents from encode_audio() fit every engine with the
+    # same id, and only those. Stored voices are bound to it.
+    audio_encoder_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.servers import RunningServer, ServeFactory, wait_idle
+from tests.servers import RunningServer, ServeFactory, running_server
 
 
 @pytest.fixture(scope="session")
@@ -73,26 +73,25 @@ def engine(tiny_checkpoint: Callable[..., Path]) -> Iterator[Any]:
     _run_to_completion(engine.close())
 
 
-@pytest.fixture
-def serve(engine: Any) -> ServeFactory:
-    """`async with serve(max_patches=6, limits=dict(max_contexts=2), ...) as running:` a real server."""
-    from wsserver.config import ServerConfig
-    from wsserver.protocol import Limits
-    from wsserver.server import TTSServer
-    from wsserver.voices import VoiceRegistry
+@pytest.fixture(scope="session")
+def engine_v1(tiny_checkpoint: Callable[..., Path]) -> Iterator[Any]:
+    """A VoxCPM-0.5B engine (no reference audio), for the few tests that need the other architecture."""
+    from engine import AsyncEngine, EngineConfig
 
-    @contextlib.asynccontextmanager
-    async def start(limits: dict[str, Any] | None = None, **overrides: Any) -> AsyncIterator[RunningServer]:
-        overrides.setdefault("max_patches", 6)
-        config = ServerConfig(model="in-process", port=0, limits=Limits(**(limits or {})), **overrides)
-        server = TTSServer(config)
-        server.attach(engine, await VoiceRegistry.load(engine, config.voices_dir))
-        port = (await server.listen()).getsockname()[1]
-        try:
-            yield RunningServer(server, f"ws://127.0.0.1:{port}/v1/tts/ws", f"http://127.0.0.1:{port}")
-        finally:
-            await server.close()
-            await wait_idle(engine)
+    engine = AsyncEngine(EngineConfig(model=str(tiny_checkpoint("voxcpm-0.5b")), device="cpu", max_num_seqs=4))
+    _run_to_completion(engine.start())
+    yield engine
+    _run_to_completion(engine.close())
+
+
+@pytest.fixture
+def serve(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> ServeFactory:
+    """`async with serve(max_patches=6, limits=dict(max_contexts=2), ...) as running:` a real server around the
+    session's engine, with a voice store of its own."""
+
+    def start(**overrides: Any) -> contextlib.AbstractAsyncContextManager[RunningServer]:
+        overrides.setdefault("voices_store", tmp_path_factory.mktemp("voices"))
+        return running_server(engine, **overrides)
 
     return start
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the GPU machine runs the engine tests without the server's packages (websockets, opuslib)
     from engine import AsyncEngine
@@ -32,3 +33,27 @@ async def wait_idle(engine: AsyncEngine, timeout: float = 10) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"engine still busy after the test: {engine.stats()}")
+
+
+@contextlib.asynccontextmanager
+async def running_server(
+    engine: AsyncEngine, voices_store: Path, limits: dict[str, Any] | None = None, **overrides: Any
+) -> AsyncIterator[RunningServer]:
+    """A real server on a loopback port around `engine`; on the way out, the engine must have gone back to idle."""
+    from wsserver.config import ServerConfig
+    from wsserver.protocol import Limits
+    from wsserver.server import TTSServer
+    from wsserver.voices import open_voices
+
+    overrides.setdefault("max_patches", 6)
+    config = ServerConfig(
+        model="in-process", port=0, voices_store=voices_store, limits=Limits(**(limits or {})), **overrides
+    )
+    server = TTSServer(config)
+    server.attach(engine, await open_voices(engine, config))
+    port = (await server.listen()).getsockname()[1]
+    try:
+        yield RunningServer(server, f"ws://127.0.0.1:{port}/v1/tts/ws", f"http://127.0.0.1:{port}")
+    finally:
+        await server.close()
+        await wait_idle(engine)

@@ -11,7 +11,7 @@ import uvloop
 from engine import AsyncEngine, EngineConfig
 from wsserver.config import ServerConfig, parse_args, resolve_model
 from wsserver.server import TTSServer
-from wsserver.voices import VoiceRegistry
+from wsserver.voices import open_voices
 
 logger = logging.getLogger("wsserver")
 
@@ -34,8 +34,8 @@ async def main(config: ServerConfig) -> None:
     )
     engine = await asyncio.to_thread(AsyncEngine, engine_config)
     await engine.start()
-    server.attach(engine, await VoiceRegistry.load(engine, config.voices_dir))
-    logger.info("ready: model %s at %d Hz, voices %s", engine.info.name, engine.info.sample_rate, server.voices.names)
+    server.attach(engine, await open_voices(engine, config))
+    logger.info("ready: model %s at %d Hz", engine.info.name, engine.info.sample_rate)
     await stop.wait()
     logger.info("draining")
     await server.drain()

@@ -8,15 +8,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wsserver.decoding import UploadLimits
 from wsserver.protocol import Limits
+from wsserver.voices import DEFAULT_VOICE, OPENAI_VOICES
 
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Uploaded voices are user data, not a cache: they live under XDG_DATA_HOME unless --voices-store says otherwise.
+DATA_HOME = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+DEFAULT_VOICES_STORE = DATA_HOME / "voxstream" / "voices"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +37,11 @@ class ServerConfig:
     coalesce_ms: float = 1.0  # idle engine: admit a burst once no request arrived for this long (EngineConfig)
     carry_s: float = 3.0  # audio carried from one segment to the next for voice continuity
     voices_dir: Path | None = None
+    voices_store: Path = DEFAULT_VOICES_STORE
+    max_voices: int = 1000  # uploaded voices kept in the store
+    # Extra names for voices (OpenAI's voice names, which some clients insist on, all name `default` to begin with).
+    voice_aliases: dict[str, str] = field(default_factory=lambda: dict.fromkeys(OPENAI_VOICES, DEFAULT_VOICE))
+    uploads: UploadLimits = field(default_factory=UploadLimits)
     static_dir: Path = REPO_ROOT / "web_demo"
     drain_timeout_s: float = 30.0  # SIGTERM: how long open contexts may take to finish
     limits: Limits = field(default_factory=Limits)
@@ -44,10 +54,10 @@ class ServerConfig:
 
 def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> ServerConfig:
     env = os.environ if env is None else env
-    defaults, limits = ServerConfig(), Limits()
+    defaults, limits, uploads = ServerConfig(), Limits(), UploadLimits()
     parser = argparse.ArgumentParser(prog="python -m wsserver", description="ttsws/1 streaming TTS server")
 
-    def option(name: str, kind: type, default: object, help_text: str) -> None:
+    def option(name: str, kind: Callable[[str], object], default: object, help_text: str) -> None:
         variable = "TTSWS_" + name.upper().replace("-", "_")
         value = env.get(variable, default)
         parser.add_argument(f"--{name}", type=kind, default=value, help=f"{help_text} (env {variable})")
@@ -63,6 +73,11 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("coalesce-ms", float, defaults.coalesce_ms, "idle engine: admit a burst once nothing arrived for this long")
     option("carry-s", float, defaults.carry_s, "seconds of audio carried between segments of a context")
     option("voices-dir", Path, defaults.voices_dir, "NAME.wav + NAME.txt prompt voices")
+    option("voices-store", Path, defaults.voices_store, "directory of uploaded voices (may be shared by replicas)")
+    option("max-voices", int, defaults.max_voices, "uploaded voices kept")
+    option("voice-aliases", _aliases, "", "NAME=VOICE,... more names for voices (OpenAI's names all alias 'default')")
+    option("max-upload-bytes", int, uploads.max_bytes, "largest voice upload (HTTP 413 beyond)")
+    option("max-voice-s", float, uploads.max_duration_s, "longest voice upload, in seconds of audio")
     option("static-dir", Path, defaults.static_dir, "files served at /")
     option("drain-timeout-s", float, defaults.drain_timeout_s, "SIGTERM: time open contexts get to finish")
     option("max-contexts", int, limits.max_contexts, "open contexts per session")
@@ -85,6 +100,10 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         coalesce_ms=args.coalesce_ms,
         carry_s=args.carry_s,
         voices_dir=args.voices_dir,
+        voices_store=args.voices_store,
+        max_voices=args.max_voices,
+        voice_aliases=defaults.voice_aliases | (args.voice_aliases or {}),
+        uploads=UploadLimits(max_bytes=args.max_upload_bytes, max_duration_s=args.max_voice_s),
         static_dir=args.static_dir,
         drain_timeout_s=args.drain_timeout_s,
         limits=Limits(
@@ -97,6 +116,17 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
             send_buffer_bytes=args.send_buffer_bytes,
         ),
     )
+
+
+def _aliases(text: str) -> dict[str, str]:
+    """'alloy=vc_0123,echo=default' -> {'alloy': 'vc_0123', 'echo': 'default'}."""
+    aliases = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, voice = item.partition("=")
+        if not sep or not name.strip() or not voice.strip():
+            raise argparse.ArgumentTypeError(f"voice alias {item!r} is not NAME=VOICE")
+        aliases[name.strip()] = voice.strip()
+    return aliases
 
 
 def resolve_model(config: ServerConfig) -> str:

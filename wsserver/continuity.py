@@ -4,7 +4,8 @@ Segment 0 starts from the voice (zero-shot, or the voice's prompt audio as a con
 continues the previous one: its text and the latents the engine generated for it, so a turn streamed in pieces keeps
 one voice and one prosody. The carried audio is capped to its last `carry_s` seconds (longer prompts cost prefill
 and add nothing); the carried text is cut in the same proportion, at a word start, so the two still match.
-On VoxCPM2 a prompt voice also rides along as the isolated reference, so the timbre stays anchored to it.
+On VoxCPM2 the voice's reference audio (or, for a prompt voice, its prompt audio) rides along as the isolated
+reference, so the timbre stays anchored to the voice rather than drifting with each segment.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import math
 
 import numpy as np
 
-from engine import ModelInfo, Prompt
+from engine import GenerationParams, GenerationRequest, ModelInfo, Prompt
+from wsserver.messages import GenerationSettings
 from wsserver.voices import Voice
 
 
@@ -27,9 +29,26 @@ class Continuity:
 
     def prompt(self) -> Prompt:
         if self._latents is None:
-            return Prompt(text=self.voice.text, latents=self.voice.latents)
-        reference = self.voice.latents if self.info.supports_reference else None
+            return self.voice.prompt()
+        reference = self.voice.reference_latents
+        if reference is None and self.info.supports_reference:
+            reference = self.voice.latents
         return Prompt(text=self._text, latents=self._latents, reference_latents=reference)
+
+    def request(self, text: str, generation: GenerationSettings, segment: int, max_patches: int) -> GenerationRequest:
+        """The engine request for segment `segment` of the context, which says `text`."""
+        return GenerationRequest(
+            text=text,
+            prompt=self.prompt(),
+            params=GenerationParams(
+                cfg_value=generation.cfg_value,
+                temperature=generation.temperature,
+                inference_timesteps=generation.inference_timesteps,
+                # Distinct but reproducible noise per segment of a seeded context.
+                seed=None if generation.seed is None else (generation.seed + segment) % 2**63,
+                max_patches=max_patches,
+            ),
+        )
 
     def record(self, text: str, latents: list[np.ndarray]) -> None:
         """Remember a finished segment (its latents, one [patch_size, feat_dim] array per chunk) for the next one."""

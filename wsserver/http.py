@@ -1,23 +1,17 @@
-"""Plain HTTP on the WebSocket port: probes, status, metrics and the web demo, as a Starlette application.
+"""What every HTTP route shares: the error type and body, JSON responses, and the request body limit.
 
-uvicorn serves it; WebSocket upgrades never reach it (wsserver.websocket). Every error body has OpenAI's shape,
-`{"error": {"message", "type", "param", "code"}}`, which the OpenAI-compatible clients parse.
+Every error body has OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, which the OpenAI-compatible
+clients parse; `code` is ours and precise, `type` OpenAI's coarse class.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import orjson
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
-
-if TYPE_CHECKING:
-    from wsserver.server import TTSServer
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 WS_PATH = "/v1/tts/ws"
 RETRY_AFTER_S = 5  # what a refused client is told to wait (full, starting or draining)
@@ -56,47 +50,44 @@ def json_response(status: int, payload: Any, **headers: str) -> Response:
     )
 
 
-def make_app(server: TTSServer) -> Starlette:
-    async def health(_: Request) -> Response:
-        return json_response(200, {"status": "ok"})
+class Guard:
+    """ASGI middleware: refuse a request (with `check`'s error) before any route sees it."""
 
-    async def ready(_: Request) -> Response:
-        state = "draining" if server.draining else "ready" if server.ready else "starting"
-        return json_response(200 if state == "ready" else 503, {"status": state})
+    def __init__(self, app: ASGIApp, check: Callable[[Scope], ApiError | None]) -> None:
+        self.app, self.check = app, check
 
-    async def status(_: Request) -> Response:
-        return json_response(200, server.status())
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (refusal := self.check(scope)) is not None:
+            await refusal.response()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
-    async def metrics(_: Request) -> Response:
-        return Response(
-            server.render_metrics(),
-            headers={"Cache-Control": "no-store"},
-            media_type="text/plain; version=0.0.4; charset=utf-8",
-        )
 
-    async def websocket_probe(request: Request) -> Response:
-        # A plain GET of the WebSocket path answers what a handshake would get: browsers hide a refused handshake's
-        # status from the page, so the web demo asks here to tell "busy" (503) from "not authorised" (401).
-        refusal = server.admission(request.headers.get("Authorization"), request.url.query)
-        if refusal is not None:
-            raise refusal
-        raise ApiError(426, "upgrade_required", "open a WebSocket here", Upgrade="websocket")
+class BodyLimit:
+    """ASGI middleware: 413 for a request body over `limit(path)` bytes, announced (Content-Length, refused before a
+    byte is read) or streamed (refused once the count passes the limit), so no route ever buffers more."""
 
-    async def api_error(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ApiError)
-        return exc.response()
+    def __init__(self, app: ASGIApp, limit: Callable[[str], int]) -> None:
+        self.app, self.limit = app, limit
 
-    async def http_error(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return ApiError(exc.status_code, code, str(exc.detail)).response()
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit(scope["path"])
+        too_big = ApiError(413, "body_too_large", f"the request body exceeds {limit} bytes")
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > limit:
+            await too_big.response()(scope, receive, send)
+            return
+        received = 0
 
-    routes = [
-        Route("/health", health),
-        Route("/ready", ready),
-        Route("/status", status),
-        Route("/metrics", metrics),
-        Route(WS_PATH, websocket_probe),
-        Mount("/", StaticFiles(directory=server.config.static_dir, html=True)),
-    ]
-    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise too_big
+            return message
+
+        await self.app(scope, counted, send)

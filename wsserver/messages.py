@@ -7,6 +7,7 @@ Parsing never raises anything but `ProtocolError`; every failure maps to an `err
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -111,7 +112,7 @@ class Settings:
     buffering: BufferingSettings = BufferingSettings()
     generation: GenerationSettings = GenerationSettings()
 
-    def merged(self, patch: SettingsPatch, voices: tuple[str, ...], native_rate: int) -> Settings:
+    def merged(self, patch: SettingsPatch, voices: Container[str], native_rate: int) -> Settings:
         """These settings with `patch` applied, checked as a whole (so a bad patch changes nothing)."""
         voice = self.voice if patch.voice is None else patch.voice
         if voice not in voices:

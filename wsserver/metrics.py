@@ -102,6 +102,7 @@ class ServerMetrics:
 
 _GAUGE_HELP = {
     "ttsws_sessions_active": "Open WebSocket sessions.",
+    "ttsws_speech_requests_active": "POST /v1/audio/speech requests generating.",
     "ttsws_contexts_active": "Open contexts across all sessions.",
     "ttsws_contexts_queued": "Segments waiting for an engine slot.",
     "ttsws_contexts_paused": "Segments paused because their client does not read.",

@@ -20,6 +20,7 @@ import dataclasses
 import enum
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -29,6 +30,9 @@ from wsserver.errors import CLIENT_FAULTS, CloseCode, ErrorCode, ProtocolError
 from wsserver.metrics import ServerMetrics
 from wsserver.normalize import normalize
 from wsserver.segmenter import Segment, Segmenter
+
+if TYPE_CHECKING:
+    from wsserver.voices import Voice
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +59,23 @@ class Limits:
         }
 
 
+class VoiceCatalog(Protocol):
+    """The voices a session may use (wsserver.voices.VoiceStore): looked up when a context is created, which then
+    keeps the Voice it got, so a voice deleted later does not break it."""
+
+    def ids(self) -> list[str]: ...
+
+    def get(self, key: str) -> Voice | None: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class SessionConfig:
     session_id: str
     model_name: str
     native_rate: int
-    voices: tuple[str, ...]
+    voices: VoiceCatalog
     limits: Limits = field(default_factory=Limits)
     defaults: m.Settings = field(default_factory=m.Settings)
 
@@ -75,7 +90,7 @@ class RunSegment:
     ctx: str
     segment: int
     text: str  # normalised: what the model reads
-    voice: str
+    voice: Voice  # the context's, pinned when it was created
     generation: m.GenerationSettings
     continuing: bool  # not the context's first segment: continue the previous one's voice, and admit it first
 
@@ -192,9 +207,9 @@ class _Timing:
 class Context:
     """One utterance: its text buffer, the segment in the engine, its audio chain, flush and end bookkeeping."""
 
-    def __init__(self, session: Session, ctx: str, handle: int, settings: m.Settings, now: float) -> None:
+    def __init__(self, session: Session, ctx: str, handle: int, settings: m.Settings, voice: Voice, now: float) -> None:
         self.session = session
-        self.id, self.handle, self.settings = ctx, handle, settings
+        self.id, self.handle, self.settings, self.voice = ctx, handle, settings, voice
         self.output = settings.output.resolved(session.config.native_rate)
         self.audio = AudioOut(self.output, session.config.native_rate, handle)
         self.segmenter = Segmenter(settings.buffering)
@@ -246,7 +261,7 @@ class Context:
                     self.id,
                     self.segments,
                     speech,
-                    self.settings.voice,
+                    self.voice,
                     self.settings.generation,
                     continuing=self.segments > 0,
                 )
@@ -372,7 +387,7 @@ class Session:
                 {"name": config.model_name, "sample_rate": config.native_rate},
                 list(m.FORMATS),
                 sorted({*m.PCM_RATES, config.native_rate}),
-                list(config.voices),
+                config.voices.ids(),
                 limits,
             ),
             now,
@@ -481,7 +496,10 @@ class Session:
         except ProtocolError as exc:
             exc.ctx = ctx
             raise
-        context = Context(self, ctx, self._new_handle(), settings, now)
+        voice = self.config.voices.get(settings.voice)
+        if voice is None:  # deleted since the session's defaults named it
+            raise ProtocolError(ErrorCode.BAD_VOICE, f"unknown voice {settings.voice!r}; hello.voices lists them", ctx)
+        context = Context(self, ctx, self._new_handle(), settings, voice, now)
         self.contexts[ctx] = context
         self._handles.add(context.handle)
         output = {

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -35,16 +36,17 @@ import uvicorn
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from engine import AsyncEngine, EngineError, GenerationParams, GenerationRequest
+from engine import AsyncEngine, EngineError
 from wsserver import messages as m
 from wsserver.admission import SlotQueue
+from wsserver.app import make_app
 from wsserver.config import ServerConfig
 from wsserver.continuity import Continuity
 from wsserver.errors import CloseCode, ErrorCode
-from wsserver.http import ApiError, make_app, over_capacity
+from wsserver.http import ApiError, over_capacity
 from wsserver.metrics import ServerMetrics
 from wsserver.protocol import AbortSegment, CloseConnection, RunSegment, Session, SessionConfig
-from wsserver.voices import VoiceRegistry
+from wsserver.voices import VoiceStore
 from wsserver.websocket import Upgrades
 
 logger = logging.getLogger(__name__)
@@ -68,11 +70,10 @@ class _Uvicorn(uvicorn.Server):
 
 
 @dataclass(eq=False, slots=True)
-class _Job:
-    """One segment's ticket in the slot queue."""
+class SlotTicket:
+    """One segment's place in the slot queue (a WebSocket context's or a speech request's)."""
 
-    connection: Connection
-    action: RunSegment
+    on_position: Callable[[int], None]  # told its place in the queue whenever it changes
     granted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     position: int = 0
 
@@ -82,9 +83,10 @@ class TTSServer:
         self.config = config
         self.metrics = ServerMetrics()
         self.engine: AsyncEngine | None = None
-        self.voices = VoiceRegistry([])
-        self.slots: SlotQueue[_Job] = SlotQueue(config.max_num_seqs)
+        self.voices: VoiceStore | None = None
+        self.slots: SlotQueue[SlotTicket] = SlotQueue(config.max_num_seqs)
         self.connections: set[Connection] = set()
+        self.speeches: set[asyncio.Task[None]] = set()  # speech requests generating (wsserver.speech)
         self.draining = False
         self._upgrades: Upgrades | None = None  # made in listen(): websockets wants a running loop
         self._uvicorn: _Uvicorn | None = None
@@ -94,22 +96,34 @@ class TTSServer:
     def ready(self) -> bool:
         return self.engine is not None and self.engine.stats().healthy
 
-    def admission(self, authorization: str | None, query: str) -> ApiError | None:
-        """Why a new session may not start now (the API key, readiness, room), or None: the WebSocket handshake's
-        checks, also answered over plain HTTP (wsserver.http)."""
+    @property
+    def sessions(self) -> int:
+        """What `max_connections` bounds: WebSocket sessions and speech requests in progress."""
+        return len(self.connections) + len(self.speeches)
+
+    def authorize(self, authorization: str | None, query: str) -> ApiError | None:
+        """401 unless the request carries the API key (when one is set): `Authorization: Bearer KEY` or ?token=KEY."""
         key = self.config.api_key
-        if key is not None:
-            header = authorization or ""
-            token = header[7:] if header.startswith("Bearer ") else (parse_qs(query).get("token") or [""])[0]
-            if not hmac.compare_digest(token.encode(), key.encode()):
-                return ApiError(401, "unauthorized", "Authorization: Bearer KEY or ?token=KEY")
+        if key is None:
+            return None
+        header = authorization or ""
+        token = header[7:] if header.startswith("Bearer ") else (parse_qs(query).get("token") or [""])[0]
+        if hmac.compare_digest(token.encode(), key.encode()):
+            return None
+        return ApiError(401, "unauthorized", "Authorization: Bearer KEY or ?token=KEY")
+
+    def admission(self, authorization: str | None, query: str) -> ApiError | None:
+        """Why a new session or speech request may not start now (the API key, readiness, room), or None: the
+        WebSocket handshake's checks, also answered over plain HTTP (wsserver.http)."""
+        if (refusal := self.authorize(authorization, query)) is not None:
+            return refusal
         if not self.ready or self.draining:
             return over_capacity("draining" if self.draining else "starting")
-        if len(self.connections) >= self.config.max_connections:
-            return over_capacity(f"max_connections={self.config.max_connections} sessions are open")
+        if self.sessions >= self.config.max_connections:
+            return over_capacity(f"max_connections={self.config.max_connections} sessions and requests are open")
         return None
 
-    def attach(self, engine: AsyncEngine, voices: VoiceRegistry) -> None:
+    def attach(self, engine: AsyncEngine, voices: VoiceStore) -> None:
         """The engine is loaded and warmed up: start accepting sessions."""
         self.engine, self.voices = engine, voices
         self.slots.slots = min(self.config.max_num_seqs, engine.config.max_num_seqs)
@@ -118,6 +132,9 @@ class TTSServer:
         """Serve HTTP and WebSocket sessions on `sock` (default: bind the configured address); returns the socket."""
         if sock is None:
             sock = socket.create_server((self.config.bind_host, self.config.port), backlog=2048)
+        # Bound the kernel's share of every connection's send buffer (accepted sockets inherit it; autotuning would
+        # grow it to megabytes): a client that does not read then stalls its sender after a known amount of audio.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.limits.send_buffer_bytes)
         self._upgrades = Upgrades(self)
         config = uvicorn.Config(
             make_app(self),
@@ -155,11 +172,13 @@ class TTSServer:
             connection.session.drain(time.monotonic())
             connection.pump()
         deadline = time.monotonic() + self.config.drain_timeout_s
-        while self.connections and time.monotonic() < deadline:
+        while (self.connections or self.speeches) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for connection in list(self.connections):
             connection.session.drain_expired(time.monotonic())
             connection.pump()
+        for speech in list(self.speeches):
+            speech.cancel()
         deadline = time.monotonic() + ABORT_CLOSE_S + 1
         while self.connections and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -175,6 +194,7 @@ class TTSServer:
             "ready": self.ready,
             "draining": self.draining,
             "connections": {"active": len(self.connections), "max": self.config.max_connections},
+            "speech_requests": len(self.speeches),
             "contexts": {"active": contexts, "generating": len(self.slots.holders), "queued": queued, "paused": paused},
             "engine": None
             if stats is None
@@ -188,13 +208,14 @@ class TTSServer:
                 "healthy": stats.healthy,
             },
             "utilisation_pct": round(utilisation, 1),
-            "can_accept": self.ready and not self.draining and len(self.connections) < self.config.max_connections,
+            "can_accept": self.ready and not self.draining and self.sessions < self.config.max_connections,
         }
 
     def render_metrics(self) -> str:
         status = self.status()
         gauges = {
             "ttsws_sessions_active": status["connections"]["active"],
+            "ttsws_speech_requests_active": status["speech_requests"],
             "ttsws_contexts_active": status["contexts"]["active"],
             "ttsws_contexts_queued": status["contexts"]["queued"],
             "ttsws_contexts_paused": status["contexts"]["paused"],
@@ -211,16 +232,26 @@ class TTSServer:
         self.metrics.gauges = gauges
         return self.metrics.render()
 
+    def queue(self, on_position: Callable[[int], None], continuing: bool) -> SlotTicket:
+        """A segment's ticket for an engine slot: granted now, or queued (continuations first, then first segments);
+        `on_position` hears its place in the queue. Every ticket is given back with `release`."""
+        ticket = SlotTicket(on_position)
+        if self.slots.acquire(ticket, continuing):
+            ticket.granted.set_result(None)
+        else:
+            self.announce_positions()
+        return ticket
+
     def announce_positions(self) -> None:
         """Tell every waiting segment whose place in the slot queue changed (`queue.status`)."""
-        for position, job in enumerate(self.slots.waiting, start=1):
-            if job.position != position:
-                job.position = position
-                job.connection.session.queue_position(job.action.ctx, position, time.monotonic())
-                job.connection.pump()
+        for position, ticket in enumerate(self.slots.waiting, start=1):
+            if ticket.position != position:
+                ticket.position = position
+                ticket.on_position(position)
 
-    def release(self, job: _Job) -> None:
-        for granted in self.slots.release(job):
+    def release(self, ticket: SlotTicket) -> None:
+        """Give back a slot or a place in the queue (idempotent)."""
+        for granted in self.slots.release(ticket):
             granted.granted.set_result(None)
         self.announce_positions()
 
@@ -234,11 +265,6 @@ class TTSServer:
                 await websocket.close(CloseCode.OVER_CAPACITY, "over capacity")
             self.metrics.closes[CloseCode.OVER_CAPACITY] += 1
             return
-        # Bound the kernel's share of the send buffer too (autotuning would grow it to megabytes): a client that
-        # does not read then stalls the writer after a known amount of audio.
-        sock = websocket.transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.limits.send_buffer_bytes)
         connection = Connection(self, websocket)
         self.connections.add(connection)
         try:
@@ -253,13 +279,14 @@ class Connection:
         self.server = server
         self.engine = server.engine
         self.websocket = websocket
+        assert server.voices is not None
         info = server.engine.info
         self.session = Session(
-            SessionConfig(uuid.uuid4().hex, info.name, info.sample_rate, server.voices.names, server.config.limits),
+            SessionConfig(uuid.uuid4().hex, info.name, info.sample_rate, server.voices, server.config.limits),
             server.metrics,
             time.monotonic(),
         )
-        self.segments: dict[str, tuple[asyncio.Task[None], _Job]] = {}  # ctx -> its segment task and slot ticket
+        self.segments: dict[str, tuple[asyncio.Task[None], SlotTicket]] = {}  # ctx -> its segment task and ticket
         self.continuity: dict[str, Continuity] = {}  # ctx -> what its next segment continues
         self.paused = 0  # segment tasks waiting for the client to read
         self._wake_writer = asyncio.Event()  # the outbox may have something
@@ -284,8 +311,8 @@ class Connection:
             segments = list(self.segments.values())
             for task in [*self._tasks, *(task for task, _ in segments)]:
                 task.cancel()
-            for _, job in segments:  # a task cancelled before it ran would never release its slot itself
-                self.server.release(job)
+            for _, ticket in segments:  # a task cancelled before it ran would never release its slot itself
+                self.server.release(ticket)
             await asyncio.gather(*self._tasks, *(task for task, _ in segments), return_exceptions=True)
 
     def pump(self) -> None:
@@ -296,9 +323,9 @@ class Connection:
                     self._start(action)
                 case AbortSegment(ctx=ctx):
                     if ctx in self.segments:
-                        task, job = self.segments.pop(ctx)
+                        task, ticket = self.segments.pop(ctx)
                         task.cancel()  # leaving the engine's iterator aborts the request at its next step
-                        self.server.release(job)
+                        self.server.release(ticket)
                     self.continuity.pop(ctx, None)
                 case CloseConnection(after_output=True):
                     self._close_after_output = action
@@ -311,35 +338,22 @@ class Connection:
 
     def _start(self, action: RunSegment) -> None:
         if action.segment == 0:
-            voice = self.server.voices.get(action.voice)
-            self.continuity[action.ctx] = Continuity(voice, self.engine.info, self.server.config.carry_s)
+            self.continuity[action.ctx] = Continuity(action.voice, self.engine.info, self.server.config.carry_s)
         # Queue for a slot now, not when the task first runs: a continuation must be in the queue before the slot
         # its previous segment frees is handed on.
-        job = _Job(self, action)
-        if self.server.slots.acquire(job, action.continuing):
-            job.granted.set_result(None)
-        else:
-            self.server.announce_positions()
-        task = asyncio.create_task(self._generate(job, self.continuity[action.ctx]))
-        self.segments[action.ctx] = (task, job)
+        ticket = self.server.queue(functools.partial(self._queued, action.ctx), action.continuing)
+        task = asyncio.create_task(self._generate(action, ticket, self.continuity[action.ctx]))
+        self.segments[action.ctx] = (task, ticket)
 
-    async def _generate(self, job: _Job, continuity: Continuity) -> None:
-        action, session, now = job.action, self.session, time.monotonic
-        gen = action.generation
-        request = GenerationRequest(
-            text=action.text,
-            prompt=continuity.prompt(),
-            params=GenerationParams(
-                cfg_value=gen.cfg_value,
-                temperature=gen.temperature,
-                inference_timesteps=gen.inference_timesteps,
-                # Distinct but reproducible noise per segment of a seeded context.
-                seed=None if gen.seed is None else (gen.seed + action.segment) % 2**63,
-                max_patches=self.server.config.max_patches,
-            ),
-        )
+    def _queued(self, ctx: str, position: int) -> None:
+        self.session.queue_position(ctx, position, time.monotonic())
+        self.pump()
+
+    async def _generate(self, action: RunSegment, ticket: SlotTicket, continuity: Continuity) -> None:
+        session, now = self.session, time.monotonic
+        request = continuity.request(action.text, action.generation, action.segment, self.server.config.max_patches)
         try:
-            await job.granted
+            await ticket.granted
             session.segment_admitted(action.ctx, now())
             self.pump()
             latents = []
@@ -354,10 +368,10 @@ class Connection:
             logger.warning("segment %d of context %r failed: %s", action.segment, action.ctx, exc)
             session.segment_failed(action.ctx, f"engine: {exc}", now())
         finally:
-            if action.ctx in self.segments and self.segments[action.ctx][1] is job:
+            if action.ctx in self.segments and self.segments[action.ctx][1] is ticket:
                 del self.segments[action.ctx]
             self.pump()  # may start this context's next segment, which then queues ahead of new contexts
-            self.server.release(job)
+            self.server.release(ticket)
             if action.ctx not in session.contexts:
                 self.continuity.pop(action.ctx, None)
 

@@ -10,7 +10,7 @@ INFO = ModelInfo("tiny", "voxcpm2", 48000, 16000, 4, 16, 7680, supports_referenc
 
 
 def test_each_segment_continues_the_previous_one_capped() -> None:
-    voice = Voice("alice", "Alice here.", np.ones((2, 4, 16), np.float32))
+    voice = Voice("alice", role="prompt", text="Alice here.", latents=np.ones((2, 4, 16), np.float32))
     continuity = Continuity(voice, INFO, carry_s=0.32)  # two patches of 160 ms
     first = continuity.prompt()
     assert first.text == "Alice here." and first.latents is voice.latents and first.reference_latents is None
@@ -26,3 +26,14 @@ def test_tail_text() -> None:
     assert tail_text("one two three four", 0.3) == "three four"  # the word the cut falls in is kept whole
     assert tail_text("one two three four", 0.2) == "four"
     assert tail_text("一二三四五六", 0.5) == "四五六"
+
+
+def test_a_reference_voice_anchors_every_segment() -> None:
+    reference = np.ones((3, 4, 16), np.float32)
+    voice = Voice("vc_x", role="reference", reference_latents=reference)
+    continuity = Continuity(voice, INFO, carry_s=0.32)
+    first = continuity.prompt()
+    assert first.latents is None and first.reference_latents is reference
+    continuity.record("one two", [np.zeros((4, 16), np.float32)] * 2)
+    second = continuity.prompt()
+    assert second.text == "one two" and second.latents.shape == (2, 4, 16) and second.reference_latents is reference

@@ -9,13 +9,14 @@ from wsserver.audio import FrameHeader
 from wsserver.errors import CloseCode
 from wsserver.metrics import ServerMetrics
 from wsserver.protocol import AbortSegment, CloseConnection, Limits, RunSegment, Session, SessionConfig
+from wsserver.voices import VoiceStore
 
 RATE = 48000
 PATCH = np.full(7680, 0.1, np.float32)  # 160 ms at 48 kHz: 8 frames of 20 ms
 
 
 def make_session(**limits: float) -> Session:
-    config = SessionConfig("s1", "tiny", RATE, ("default",), Limits(**limits))
+    config = SessionConfig("s1", "tiny", RATE, VoiceStore("tiny-vae"), Limits(**limits))
     return Session(config, ServerMetrics(), now=0.0)
 
 
@@ -55,7 +56,8 @@ def test_a_context_from_text_to_done() -> None:
         "output": {"format": "pcm_s16le", "sample_rate": RATE, "channels": 1, "frame_ms": 20},
     }
     [run] = session.actions()
-    assert run == RunSegment("a", 0, "Hello there, how are you today?", "default", run.generation, continuing=False)
+    assert run == RunSegment("a", 0, "Hello there, how are you today?", run.voice, run.generation, continuing=False)
+    assert run.voice.id == "default" and run.voice.latents is None
     session.segment_admitted("a", 0.1)
     session.segment_audio("a", PATCH, 0.2)
     out = drain(session)

@@ -1,7 +1,8 @@
 """VoxCPM (VoxCPM-0.5B, VoxCPM1.5: architecture "voxcpm"; VoxCPM2: "voxcpm2") for the engine.
 
 Public surface for the runtime:
-- `load_voxcpm(path_or_repo, device, dtype, attention_backend) -> LoadedVoxCPM(model, vae, tokenizer, config, path)`
+- `load_voxcpm(path_or_repo, device, dtype, attention_backend) -> LoadedVoxCPM`
+  (model, vae, tokenizer, config, path, vae_sha256)
 - `build_prompt(text, prompt, tokenizer, config) -> PackedPrompt` (token_ids, feats, audio_mask, target_text_tokens)
 - `VoxCPMModel.forward(ModelInputs, max_timesteps=None) -> ModelOutputs` (= `.backbone(BackboneInputs) ->
   (lm_h, res_h, cond)` then `.generate(lm_h, res_h, cond, cfg_value, temperature, timesteps, noise,

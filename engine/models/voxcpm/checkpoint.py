@@ -10,6 +10,7 @@ Released names are unfused (`q_proj`, `k_proj`, `v_proj`, `gate_proj`, `up_proj`
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ class LoadedVoxCPM:
     tokenizer: VoxCPMTokenizer
     config: VoxCPMConfig
     path: Path  # the resolved checkpoint directory
+    vae_sha256: str  # of the AudioVAE weights file: what encoded latents are bound to
 
 
 def released_layout(model: nn.Module) -> dict[str, list[tuple[str, torch.Size]]]:
@@ -174,5 +176,8 @@ def load_voxcpm(
     config = load_config(directory)
     model = build_model(config, device, dtype, attention_backend)
     load_weights(model, read_model_tensors(directory), str(directory))
-    vae = load_audio_vae(_vae_file(directory), config.audio_vae_config, device=device)
-    return LoadedVoxCPM(model, vae, VoxCPMTokenizer.from_dir(directory), config, directory)
+    vae_file = _vae_file(directory)
+    vae = load_audio_vae(vae_file, config.audio_vae_config, device=device)
+    with vae_file.open("rb") as f:
+        vae_sha256 = hashlib.file_digest(f, "sha256").hexdigest()
+    return LoadedVoxCPM(model, vae, VoxCPMTokenizer.from_dir(directory), config, directory, vae_sha256)

@@ -1,10 +1,11 @@
 """The reference implementation (voxcpm 2.0.3) for parity tests, imported with a minimal shim.
 
-`voxcpm.model.voxcpm` imports torchaudio at module level, and there is no CPU torchaudio wheel for this torch;
-`voxcpm.model.voxcpm2` imports librosa, which it only uses to decode audio files - these tests never pass a
-file (prompt latents go straight into the model). So both are stubbed by empty modules for the duration of
-the import and removed again, so that no other test sees them. transformers is imported first because it
-probes for torchaudio at import time and must see the truth.
+`voxcpm.model.voxcpm` imports torchaudio at module level, and there is no CPU torchaudio wheel for this torch; the
+model parity tests never pass it a file (prompt latents go straight into the model). So torchaudio (and librosa,
+which `voxcpm.model.voxcpm2` reads files with, where it is not installed) is stubbed by an empty module for the
+duration of the import and removed again, so that no other test sees it. The voice parity tests need the real
+librosa (scripts/setup.sh --test installs it). transformers is imported first because it probes for torchaudio
+at import time and must see the truth.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def reference_models() -> tuple[type, type]:
         pytest.skip("the reference package voxcpm is not installed")
     import transformers  # noqa: F401
 
-    added = [name for name in ("torchaudio", "librosa") if name not in sys.modules]
+    added = [name for name in ("torchaudio", "librosa") if importlib.util.find_spec(name) is None]
     for name in added:
         sys.modules[name] = types.ModuleType(name)
     try:

@@ -107,7 +107,7 @@ def _reference_noise(noise: torch.Tensor) -> Iterator[None]:
 
 
 def run_reference(ref: torch.nn.Module, text: str, cache: dict | None, noise: torch.Tensor) -> dict[str, Any]:
-    """Generate len(noise) patches with the reference; returns its packed inputs, patches and stop flags."""
+    """Generate len(noise) patches with the reference; returns its packed inputs, patches, waveform, stop flags."""
     n = noise.shape[0]
     record: dict[str, Any] = {"stops": []}
     inner = ref._inference
@@ -121,12 +121,13 @@ def run_reference(ref: torch.nn.Module, text: str, cache: dict | None, noise: to
     try:
         with _reference_noise(noise):
             result = ref._generate_with_prompt_cache(target_text=text, prompt_cache=cache, streaming=False)
-            _, _, generated = next(result)
+            audio, _, generated = next(result)
             result.close()
     finally:
         hook.remove()
         del ref._inference
     record["patches"] = generated[-n:].float()  # v1 also returns the prompt's context patches first
+    record["audio"] = audio.float().reshape(-1)  # the waveform of the generated patches (prompt context cut)
     return record
 
 

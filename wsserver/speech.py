@@ -1,0 +1,285 @@
+"""`POST /v1/audio/speech`: OpenAI's speech endpoint, as the clients that call it behave.
+
+The whole text is known up front, so it is cut into segments at once (the WebSocket segmenter, flushed) and each
+segment continues the previous one's voice, exactly as a context's segments do; every segment queues for an engine
+slot in the same fair FIFO as the WebSocket contexts. The audio leaves as it is made: resampled to the requested rate
+(OpenAI's 24 kHz unless `sample_rate` says otherwise) and encoded in `response_format`, as chunked bytes
+(`stream_format: "audio"`), as OpenAI's server-sent events (`"sse"`), or, with our `stream: false`, as one file with
+its `Content-Length`. A client that disconnects ends its engine work at the next step, and one that stops reading
+loses its request after `stall_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from engine import AsyncEngine, EngineError
+from wsserver import messages as m
+from wsserver.audio import Resampler
+from wsserver.continuity import Continuity
+from wsserver.encoding import FORMATS, FileEncoder
+from wsserver.errors import ErrorCode, ProtocolError
+from wsserver.http import ApiError, over_capacity
+from wsserver.normalize import normalize
+from wsserver.segmenter import Segmenter
+from wsserver.voices import Voice, VoiceStore
+
+if TYPE_CHECKING:
+    from wsserver.server import TTSServer
+
+logger = logging.getLogger(__name__)
+
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # accepted as names for the served model
+DEFAULT_RATE = 24000  # OpenAI's rate for every format
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechRequest:
+    input: str
+    voice: Voice
+    response_format: str
+    sample_rate: int
+    stream: bool  # False: the whole file with Content-Length
+    sse: bool
+    generation: m.GenerationSettings
+
+
+def parse_speech(body: bytes, voices: VoiceStore, model_name: str, native_rate: int, max_chars: int) -> SpeechRequest:
+    """The request body -> a checked request; ApiError (400, or 404 for an unknown model) names the bad field."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "bad_json", f"the body is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ApiError(400, "bad_request", "the body must be a JSON object")
+
+    def field(name: str, kind: type | tuple[type, ...], default: Any = None, required: bool = False) -> Any:
+        value = obj.get(name, default)
+        if value is None and required:
+            raise ApiError(400, "missing_field", f"'{name}' is required", param=name)
+        if value is not None and (not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)):
+            raise ApiError(400, "bad_request", f"'{name}' has the wrong type", param=name)
+        return value
+
+    model = field("model", str, model_name)
+    if model not in (model_name, *OPENAI_MODELS):
+        raise ApiError(404, "model_not_found", f"model {model!r} is not served here; GET /v1/models lists it", "model")
+    text = field("input", str, required=True)
+    if not text.strip():
+        raise ApiError(400, "empty_input", "'input' has nothing to say", param="input")
+    if len(text) > max_chars:
+        raise ApiError(400, "text_too_long", f"'input' exceeds max_text_chars={max_chars}", param="input")
+    voice_field = field("voice", (str, dict), required=True)
+    voice_key = voice_field.get("id") if isinstance(voice_field, dict) else voice_field
+    voice = voices.get(voice_key) if isinstance(voice_key, str) else None
+    if voice is None:
+        raise ApiError(400, "unknown_voice", f"unknown voice {voice_key!r}; GET /v1/voices lists them", "voice")
+    if field("instructions", str, ""):
+        raise ApiError(400, "unsupported", "this model takes no 'instructions'; use a voice instead", "instructions")
+    speed = field("speed", (int, float), 1.0)
+    if speed != 1.0:
+        # Time-stretching the output would change the voice; the model has no honest speed control.
+        raise ApiError(400, "unsupported", "only speed 1.0 is supported", param="speed")
+    response_format = field("response_format", str, "mp3")
+    if response_format not in FORMATS:
+        raise ApiError(400, "unsupported_format", f"response_format must be one of {list(FORMATS)}", "response_format")
+    fmt = FORMATS[response_format]
+    sample_rate = field("sample_rate", int, DEFAULT_RATE)
+    rates = (*fmt.rates, native_rate) if fmt.any_rate else fmt.rates
+    if sample_rate not in rates:
+        message = f"{response_format} sample_rate must be one of {sorted(set(rates))}"
+        raise ApiError(400, "unsupported_format", message, param="sample_rate")
+    stream_format = field("stream_format", str, "audio")
+    if stream_format not in ("audio", "sse"):
+        raise ApiError(400, "bad_request", "stream_format must be 'audio' or 'sse'", param="stream_format")
+    stream = field("stream", bool, True)
+    if not stream and stream_format == "sse":
+        raise ApiError(400, "bad_request", "server-sent events are a stream: drop stream=false", param="stream")
+    generation = m.GenerationSettings()
+    try:
+        generation = replace(
+            generation,
+            cfg_value=float(field("cfg_value", (int, float), generation.cfg_value)),
+            temperature=float(field("temperature", (int, float), generation.temperature)),
+            inference_timesteps=field("inference_timesteps", int, generation.inference_timesteps),
+            seed=field("seed", int),
+        )
+        generation.check()
+    except ProtocolError as exc:
+        raise ApiError(400, "bad_request", exc.message.removeprefix("generation.")) from None
+    return SpeechRequest(text, voice, response_format, sample_rate, stream, stream_format == "sse", generation)
+
+
+def segments(text: str) -> list[str]:
+    """The text as the engine reads it, segment by segment (the WebSocket's rules for a context ended at once)."""
+    segmenter = Segmenter(m.BufferingSettings())
+    segmenter.push(text, 0.0)
+    segmenter.flush()
+    pieces = []
+    while (segment := segmenter.next_segment(0.0)) is not None:
+        if speech := normalize(segment.text):
+            pieces.append(speech)
+    return pieces
+
+
+class Synthesis:
+    """One speech request's audio: its segments through the slot queue and the engine, resampled and encoded."""
+
+    def __init__(self, server: TTSServer, engine: AsyncEngine, request: SpeechRequest, pieces: list[str]) -> None:
+        self.server, self.engine, self.request, self.pieces = server, engine, request, pieces
+        self.encoder = FileEncoder(request.response_format, request.sample_rate, streaming=request.stream)
+        self.resampler = Resampler(engine.info.sample_rate, request.sample_rate)
+        self.patches = 0  # generated, all segments together
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The file's bytes as they are made (streaming), or once, whole (blocking). EngineError if a segment fails."""
+        continuity = Continuity(self.request.voice, self.engine.info, self.server.config.carry_s)
+        for index, text in enumerate(self.pieces):
+            engine_request = continuity.request(text, self.request.generation, index, self.server.config.max_patches)
+            latents = []
+            ticket = self.server.queue(_unannounced, continuing=index > 0)
+            try:
+                await ticket.granted
+                async for chunk in self.engine.generate(engine_request):
+                    latents.append(chunk.latents)
+                    self.patches += 1
+                    if data := self.encoder.push(self.resampler.process(chunk.samples)):
+                        yield data
+            finally:
+                self.server.release(ticket)
+            continuity.record(text, latents)
+        tail = self.encoder.push(self.resampler.flush())
+        yield tail + self.encoder.finish()
+
+    @property
+    def samples(self) -> int:
+        return self.encoder.samples
+
+
+class AudioResponse:
+    """An ASGI response that generates while it watches the client: a disconnect cancels the generation at once (not
+    at its next write, which for a request still queued for a slot could be seconds away), and a write the client
+    does not take within `stall_timeout_s` ends it too."""
+
+    def __init__(self, synthesis: Synthesis) -> None:
+        self.synthesis = synthesis
+        self.stall_timeout_s = synthesis.server.config.limits.stall_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        speeches = self.synthesis.server.speeches  # what max_connections counts and a drain waits for, then cancels
+        work = asyncio.ensure_future(self._respond(send))
+        watch = asyncio.ensure_future(_disconnected(receive))
+        speeches.add(work)
+        try:
+            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            speeches.discard(work)
+            for task in (work, watch):
+                task.cancel()
+            await asyncio.gather(work, watch, return_exceptions=True)
+        error = None if work.cancelled() or not work.done() else work.exception()
+        if isinstance(error, ClientStalled):
+            # Nothing more can reach this client; uvicorn closes the connection once this returns.
+            logger.info("speech request dropped: %s", error)
+            self.synthesis.server.metrics.errors[ErrorCode.STALLED] += 1
+        elif error is not None:
+            raise error
+
+    async def _respond(self, send: Send) -> None:
+        request, synthesis = self.synthesis.request, self.synthesis
+        content_type = "text/event-stream" if request.sse else FORMATS[request.response_format].content_type
+        headers = {"Content-Type": content_type, "X-Sample-Rate": str(request.sample_rate), "Cache-Control": "no-store"}
+        chunks = synthesis.chunks()
+        if not request.stream:
+            try:
+                body = b"".join([data async for data in chunks])
+            except EngineError as exc:
+                raise ApiError(500, "engine_error", f"generation failed: {exc}") from None
+            headers |= {"Content-Length": str(len(body)), "X-Audio-Samples": str(synthesis.samples)}
+            await self._send(send, _start(200, headers))
+            await self._send(send, _body(body, more=False))
+            return
+        started = False
+        try:
+            async for data in chunks:
+                if not started:
+                    await self._send(send, _start(200, headers))
+                    started = True
+                event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+                await self._send(send, _body(_sse(event) if request.sse else data))
+        except EngineError as exc:
+            if not started:
+                raise ApiError(500, "engine_error", f"generation failed: {exc}") from None
+            if not request.sse:
+                raise  # the body stops short: a chunked body without its last chunk is an error to every client
+            error = {"message": f"generation failed: {exc}", "code": "engine_error"}
+            await self._send(send, _body(_sse({"type": "speech.audio.error", "error": error})))
+        else:
+            if request.sse:
+                usage = {"output_tokens": synthesis.patches, "audio_samples": synthesis.samples}
+                await self._send(send, _body(_sse({"type": "speech.audio.done", "usage": usage})))
+        await self._send(send, _body(b"", more=False))
+
+    async def _send(self, send: Send, message: dict[str, Any]) -> None:
+        try:
+            await asyncio.wait_for(send(message), self.stall_timeout_s)
+        except TimeoutError:
+            raise ClientStalled(f"the client read nothing for stall_timeout_s={self.stall_timeout_s}") from None
+
+
+class ClientStalled(Exception):
+    """The client stopped reading a response."""
+
+
+def _unannounced(_position: int) -> None:
+    """A speech request has no channel for its place in the slot queue (SSE clients would not expect an event)."""
+
+
+def _start(status: int, headers: dict[str, str]) -> dict[str, Any]:
+    return {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+    }
+
+
+def _body(data: bytes, more: bool = True) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": data, "more_body": more}
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(event) + b"\n\n"
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def speech_routes(server: TTSServer) -> list[Route]:
+    async def speech(request: Request) -> AudioResponse:
+        body = await request.body()
+        engine, voices = server.engine, server.voices
+        if engine is None or voices is None:
+            raise over_capacity("starting")
+        info, limits = engine.info, server.config.limits
+        parsed = parse_speech(body, voices, info.name, info.sample_rate, limits.max_text_chars)
+        pieces = segments(parsed.input)
+        if not pieces:
+            raise ApiError(400, "empty_input", "'input' has nothing the model can say", param="input")
+        refusal = server.admission(request.headers.get("Authorization"), request.url.query)
+        if refusal is not None:
+            raise refusal
+        return AudioResponse(Synthesis(server, engine, parsed, pieces))
+
+    return [Route("/v1/audio/speech", speech, methods=["POST"])]
