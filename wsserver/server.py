@@ -1,13 +1,20 @@
 """The I/O adapter: websockets (asyncio) in front of the sans-I/O `Session`, the engine behind it.
 
-Per connection, three tasks and one per segment in flight:
+Per connection, two tasks, one per segment in flight, and a timer:
 - the reader feeds client frames to the session;
 - the writer pulls the session's outgoing frames one at a time and awaits each send, so a client that does not
   read stops the writer, the session's queue fills, its segment tasks stop pulling engine audio (the engine then
   pauses those requests), and the session's stall timer closes the connection (4408); other connections never wait;
-- the timer calls `session.tick()` at the session's next deadline (segmenter waits, idle and stall timeouts);
-- a segment task waits for an engine slot in the shared FIFO, then streams the engine's chunks into the session.
-After every input the adapter runs the session's actions (`pump`).
+- a segment task waits for an engine slot in the shared FIFO, then streams the engine's chunks into the session;
+- the timer (a loop callback, not a task) calls `session.tick()` at the session's next deadline (segmenter waits,
+  idle and stall timeouts).
+After every input the adapter runs the session's actions (`pump`), which also re-arms the timer.
+
+Timeouts use `asyncio.timeout`, never `asyncio.wait_for`, and the timer is a callback, not a task: on Python 3.11
+`wait_for` swallows a cancellation that arrives as the awaited operation completes (cpython gh-86296, fixed in 3.12).
+A timer task sleeping in `wait_for` whose wake-up met the socket's end ignored its cancellation and slept on with no
+deadline: the connection's handler never returned, and the server's close, which waits for every handler, hung
+SIGTERM (issue 17).
 
 Every close is bounded for a client that does not read: websockets waits for the socket to drain with no timeout
 (its close timeout starts only once the close frame is out), so neither a send nor the close handshake is left to
@@ -291,13 +298,13 @@ class Connection:
         self.paused = 0  # segment tasks waiting for the client to read
         self._wake_writer = asyncio.Event()  # the outbox may have something
         self._writable = asyncio.Event()  # the outbox is below its high-water mark
-        self._wake_timer = asyncio.Event()  # the session's next deadline moved earlier
-        self._armed: float | None = None  # the deadline the timer sleeps until
+        self._timer: asyncio.TimerHandle | None = None  # calls session.tick() at `_armed`
+        self._armed: float | None = None  # the session deadline the timer is set for
         self._close_after_output: CloseConnection | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def run(self) -> None:
-        self._tasks = [asyncio.create_task(self._write()), asyncio.create_task(self._tick())]
+        self._tasks = [asyncio.create_task(self._write())]
         self.pump()
         try:
             async for data in self.websocket:
@@ -314,9 +321,11 @@ class Connection:
             for _, ticket in segments:  # a task cancelled before it ran would never release its slot itself
                 self.server.release(ticket)
             await asyncio.gather(*self._tasks, *(task for task, _ in segments), return_exceptions=True)
+            if self._timer is not None:
+                self._timer.cancel()
 
     def pump(self) -> None:
-        """Carry out what the session asked for, and wake the writer and the timer."""
+        """Carry out what the session asked for, wake the writer, and arm the timer for the session's next deadline."""
         for action in self.session.actions():
             match action:
                 case RunSegment():
@@ -334,7 +343,11 @@ class Connection:
         self._wake_writer.set()
         deadline = self.session.next_deadline()
         if deadline is not None and (self._armed is None or deadline < self._armed):
-            self._wake_timer.set()
+            # Earlier than the timer is set for (a later deadline just makes it fire early and re-arm).
+            if self._timer is not None:
+                self._timer.cancel()
+            self._armed = deadline
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, deadline - time.monotonic()), self._on_timer)
 
     def _start(self, action: RunSegment) -> None:
         if action.segment == 0:
@@ -407,15 +420,10 @@ class Connection:
         except ConnectionClosed:
             pass
 
-    async def _tick(self) -> None:
-        while True:
-            self._armed = self.session.next_deadline()
-            self._wake_timer.clear()
-            timeout = None if self._armed is None else max(0.0, self._armed - time.monotonic())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake_timer.wait(), timeout)
-            self.session.tick(time.monotonic())
-            self.pump()
+    def _on_timer(self) -> None:
+        self._timer = self._armed = None
+        self.session.tick(time.monotonic())
+        self.pump()
 
     async def _abort(self, action: CloseConnection) -> None:
         """Close a connection whose client reads nothing: its close handshake cannot complete, so cut it short."""
@@ -426,6 +434,7 @@ class Connection:
     async def _close(self, action: CloseConnection, timeout: float) -> None:
         """The close handshake, or an aborted transport when it does not complete within `timeout`."""
         try:
-            await asyncio.wait_for(self.websocket.close(action.code, action.reason), timeout)
+            async with asyncio.timeout(timeout):
+                await self.websocket.close(action.code, action.reason)
         except TimeoutError:
             self.websocket.transport.abort()
