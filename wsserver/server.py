@@ -63,7 +63,8 @@ ABORT_CLOSE_S = 1.0  # a forced close (the client read nothing for stall_timeout
 
 async def _going_away(websocket: ServerConnection) -> None:
     try:
-        await asyncio.wait_for(websocket.close(CloseCode.GOING_AWAY, "server closing"), ABORT_CLOSE_S)
+        async with asyncio.timeout(ABORT_CLOSE_S):
+            await websocket.close(CloseCode.GOING_AWAY, "server closing")
     except TimeoutError:
         websocket.transport.abort()
 
@@ -370,11 +371,14 @@ class Connection:
             session.segment_admitted(action.ctx, now())
             self.pump()
             latents = []
-            async for chunk in self.engine.generate(request):
-                latents.append(chunk.latents)
-                session.segment_audio(action.ctx, chunk.samples, now())
-                self.pump()
-                await self._until_writable()
+            # aclosing: leaving the loop (a cancel while waiting for the client) closes the stream, which cancels the
+            # request now; left to the garbage collector, the request would stay paused in the engine meanwhile.
+            async with contextlib.aclosing(self.engine.generate(request)) as chunks:
+                async for chunk in chunks:
+                    latents.append(chunk.latents)
+                    session.segment_audio(action.ctx, chunk.samples, now())
+                    self.pump()
+                    await self._until_writable()
             continuity.record(action.text, latents)
             session.segment_finished(action.ctx, now())
         except EngineError as exc:

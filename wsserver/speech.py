@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -150,11 +151,12 @@ class Synthesis:
             ticket = self.server.queue(_unannounced, continuing=index > 0)
             try:
                 await ticket.granted
-                async for chunk in self.engine.generate(engine_request):
-                    latents.append(chunk.latents)
-                    self.patches += 1
-                    if data := self.encoder.push(self.resampler.process(chunk.samples)):
-                        yield data
+                async with contextlib.aclosing(self.engine.generate(engine_request)) as chunks:  # closed: cancelled
+                    async for chunk in chunks:
+                        latents.append(chunk.latents)
+                        self.patches += 1
+                        if data := self.encoder.push(self.resampler.process(chunk.samples)):
+                            yield data
             finally:
                 self.server.release(ticket)
             continuity.record(text, latents)
@@ -199,7 +201,11 @@ class AudioResponse:
         request, synthesis = self.synthesis.request, self.synthesis
         content_type = "text/event-stream" if request.sse else FORMATS[request.response_format].content_type
         headers = {"Content-Type": content_type, "X-Sample-Rate": str(request.sample_rate), "Cache-Control": "no-store"}
-        chunks = synthesis.chunks()
+        async with contextlib.aclosing(synthesis.chunks()) as chunks:  # closed on any way out: the engine work ends
+            await self._stream(send, chunks, headers)
+
+    async def _stream(self, send: Send, chunks: AsyncIterator[bytes], headers: dict[str, str]) -> None:
+        request, synthesis = self.synthesis.request, self.synthesis
         if not request.stream:
             try:
                 body = b"".join([data async for data in chunks])
@@ -232,7 +238,8 @@ class AudioResponse:
 
     async def _send(self, send: Send, message: dict[str, Any]) -> None:
         try:
-            await asyncio.wait_for(send(message), self.stall_timeout_s)
+            async with asyncio.timeout(self.stall_timeout_s):  # not wait_for: see wsserver.server on Python 3.11
+                await send(message)
         except TimeoutError:
             raise ClientStalled(f"the client read nothing for stall_timeout_s={self.stall_timeout_s}") from None
 
