@@ -36,6 +36,8 @@ _PROBE_TEXT = "Hello."  # a voice must leave room for speech after it: checked w
 
 
 def voice_routes(server: TTSServer) -> list[Route]:
+    uploading = 0  # uploads in progress
+
     def store() -> VoiceStore:
         if server.voices is None or server.engine is None:
             raise ApiError(503, "starting", "the model is still loading", Retry_After="5")
@@ -66,11 +68,19 @@ def voice_routes(server: TTSServer) -> list[Route]:
         return json_response(200, {"id": voice_id, "object": "voice", "deleted": True})
 
     async def create_voice(request: Request) -> Response:
-        voices = store()
+        nonlocal uploading
+        voices, limits = store(), server.config.uploads
         assert server.engine is not None
-        upload = await _read_form(request, server.config.uploads.max_transcript_chars)
-        voice = await _clone(server.engine, voices, server.config.uploads, **upload)
-        stored, new = await _store(voices, voice)
+        if uploading >= limits.max_concurrent:
+            message = f"max_concurrent={limits.max_concurrent} uploads are in progress; retry shortly"
+            raise ApiError(429, "too_many_uploads", message, Retry_After="1")
+        uploading += 1
+        try:
+            upload = await _read_form(request, limits.max_transcript_chars)
+            voice = await _clone(server.engine, voices, limits, **upload)
+            stored, new = await _store(voices, voice)
+        finally:
+            uploading -= 1
         return json_response(201 if new else 200, stored.describe())
 
     return [

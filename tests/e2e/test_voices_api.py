@@ -42,6 +42,7 @@ def error(response: httpx.Response) -> tuple[int, str]:
 
 async def test_clone_list_use_and_delete(serve: ServeFactory) -> None:
     async with serve(max_patches=3) as running, httpx.AsyncClient(base_url=running.http_url, timeout=30) as http:
+        earlier = await Client.connect(running.ws_url)  # a session opened before the voice existed
         created = await upload(http)
         assert created.status_code == 201
         voice = created.json()
@@ -54,6 +55,11 @@ async def test_clone_list_use_and_delete(serve: ServeFactory) -> None:
         ] == "default"
         assert (await http.get(f"/v1/voices/{voice['id']}")).json() == voice
 
+        assert earlier.hello["voices"] == ["default"]
+        await earlier.send("context.create", ctx="e", voice=voice["id"], text="New voice, old session. ")
+        await earlier.send("context.end", ctx="e")
+        assert (await earlier.until_ended("e"))["type"] == "context.done"
+        await earlier.close()
         ws = await Client.connect(running.ws_url)
         assert ws.hello["voices"] == ["default", voice["id"]]
         await ws.send("context.create", ctx="c", voice=voice["id"], text="Hello from Alice. ")
@@ -74,7 +80,10 @@ async def test_clone_list_use_and_delete(serve: ServeFactory) -> None:
 
 
 async def test_roles_and_concurrent_uploads(serve: ServeFactory) -> None:
-    async with serve() as running, httpx.AsyncClient(base_url=running.http_url, timeout=60) as http:
+    async with (
+        serve(uploads=UploadLimits(max_concurrent=6)) as running,
+        httpx.AsyncClient(base_url=running.http_url, timeout=60) as http,
+    ):
         clips = [clip(pitch=200 + 40 * i) for i in range(6)]
         roles = ["prompt", "reference", "both"] * 2
         responses = await asyncio.gather(
@@ -201,3 +210,32 @@ async def server_process(checkpoint: Path, store: Path) -> AsyncIterator[str]:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+
+
+async def test_concurrent_uploads_beyond_the_limit_wait_their_turn(serve: ServeFactory) -> None:
+    async with (
+        serve(uploads=UploadLimits(max_concurrent=1)) as running,
+        httpx.AsyncClient(base_url=running.http_url, timeout=30) as http,
+    ):
+        boundary = "slowboundary"
+        parts = [
+            f'--{boundary}\r\nContent-Disposition: form-data; name="name"\r\n\r\nSlow\r\n',
+            f'--{boundary}\r\nContent-Disposition: form-data; name="transcript"\r\n\r\nWords.\r\n',
+            f'--{boundary}\r\nContent-Disposition: form-data; name="audio"; filename="a.wav"\r\n\r\n',
+        ]
+        arrived = asyncio.Event()
+
+        async def slow_body() -> AsyncIterator[bytes]:
+            yield "".join(parts).encode()
+            arrived.set()
+            await asyncio.sleep(0.5)  # the upload is in progress while the body trickles in
+            yield clip() + f"\r\n--{boundary}--\r\n".encode()
+
+        headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+        slow = asyncio.create_task(http.post("/v1/voices", content=slow_body(), headers=headers))
+        await arrived.wait()
+        await asyncio.sleep(0.1)
+        busy = await upload(http, clip(pitch=500))
+        assert error(busy) == (429, "too_many_uploads") and busy.headers["Retry-After"] == "1"
+        assert (await slow).status_code == 201
+        assert (await upload(http, clip(pitch=500))).status_code == 201
