@@ -153,7 +153,7 @@ async def _clone(
         duration_s=wav.size / info.encoder_sample_rate,
     )
     try:
-        engine.check(GenerationRequest(text=_PROBE_TEXT, prompt=voice.prompt()))
+        await engine.check(GenerationRequest(text=_PROBE_TEXT, prompt=voice.prompt()))
     except EngineError as exc:
         message = f"the voice leaves the model no room to speak; use shorter audio or transcript ({exc})"
         raise ApiError(400, "voice_too_long", message) from None

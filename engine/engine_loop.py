@@ -1,0 +1,244 @@
+"""The engine's step loop, wherever it runs: on a thread beside an event loop (AsyncEngine) or as the main loop of an
+engine process (engine.process). It owns the EngineCore; everything else reaches it through `submit()`.
+
+- Commands (`Add`, `Abort`, `Pause`, `Resume`, `Encode`, `DropChannel`) queue under a condition variable and run at
+  every step boundary, in order.
+- Each request belongs to a `Channel`, the way its chunks travel to its consumer (an event loop in this process, or a
+  worker process's socket). After each step every channel gets ONE `deliver()` with all of its requests' items, in
+  the engine's order: per request, its chunks, then None if it was cancelled or the EngineError that ends it.
+- When idle, an arrival waits for the rest of its burst (until `coalesce_ms` pass without another, at most
+  `coalesce_max_ms`), so that the burst lands in one prefill; a burst enters at the pace its senders tokenize, and a
+  fixed window would cut it. While busy, arrivals join at the next step boundary.
+- Back-pressure is the consumer's: it sends `Pause` when it lags `max_buffered_chunks` behind and `Resume` once it
+  caught up by half (engine.streams). A paused request keeps its KV blocks and slot but is not stepped.
+- A failure of the core fails every open request (and every queued command) with an EngineError; so does `stop()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.engine_core import EngineCore
+from engine.outputs import AudioChunk, EngineError, EngineStats
+from engine.params import GenerationParams, GenerationRequest
+from engine.sequence import Sequence
+
+logger = logging.getLogger(__name__)
+
+# What a channel delivers for one request: a chunk, None (cancelled), or the error that ends it.
+Item = AudioChunk | EngineError | None
+
+
+class Channel(Protocol):
+    def deliver(self, items: list[tuple[str, Item]]) -> bool:
+        """Hand a step's items to the consumers (engine thread; must not block). False: nobody reads this channel
+        any more, and its requests are aborted."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Add:
+    seq: Sequence
+    channel: Channel
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Encode:
+    wav: np.ndarray
+    padding: str
+    reply: Callable[[np.ndarray | EngineError], None]  # called on the engine thread with the latents or the error
+
+
+@dataclass(frozen=True, slots=True)
+class DropChannel:
+    """The channel's consumers are gone (a worker process died): abort every request it carries."""
+
+    channel: Channel
+
+
+Command = Add | Abort | Pause | Resume | Encode | DropChannel
+
+
+class EngineLoop:
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self.config: EngineConfig = core.config
+        self._cond = threading.Condition()
+        self._commands: list[Command] = []  # guarded by _cond
+        self._stopping = False  # guarded by _cond
+        self._dead = False  # guarded by _cond: the loop has exited, commands are refused
+        self._last_add = 0.0  # guarded by _cond: time.monotonic() of the newest Add
+        self._owners: dict[str, Channel] = {}  # loop thread only: the channel of every open request
+        self._stats: EngineStats = core.stats()  # replaced (never mutated) by the loop thread
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    def submit(self, command: Command) -> None:
+        """Any thread. EngineError once the loop is stopping or gone (the command is not queued)."""
+        with self._cond:
+            if self._dead or self._stopping:
+                raise EngineError("the engine is not running")
+            self._commands.append(command)
+            if isinstance(command, Add):
+                self._last_add = time.monotonic()
+            self._cond.notify()
+
+    def stop(self) -> None:
+        """Any thread: the loop fails what is open with EngineError("engine closed") and returns."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+
+    def run(self, on_ready: Callable[[BaseException | None], None]) -> None:
+        """The loop itself (blocks until stopped or failed). Warms up first, then calls `on_ready(None)`; a failure
+        during warm-up calls `on_ready(error)` instead."""
+        error = EngineError("engine closed")
+        ready = False
+        try:
+            # Warm up here: per-thread caches (cuBLAS handles, cuDNN plans) must be warm where steps run.
+            self._warm_up()
+            ready = True
+            on_ready(None)
+            while self._wait_for_work():
+                self._run_commands()
+                if self.core.has_work():
+                    self._deliver(self.core.step())
+                self._stats = self.core.stats()
+        except EngineError as exc:
+            logger.exception("engine failed")
+            error = exc
+        except BaseException as exc:
+            logger.exception("engine loop crashed")
+            error = EngineError(f"engine loop crashed: {exc!r}")
+        if not ready:
+            on_ready(error)
+        self.shut_down(error)
+
+    def _warm_up(self) -> None:
+        request = GenerationRequest(text="Warm up.", params=GenerationParams(seed=0, max_patches=2))
+        self.core.add_request(request)
+        while self.core.has_work():
+            self.core.step()
+        self._stats = self.core.stats()
+
+    def _wait_for_work(self) -> bool:
+        """Block while idle; after idling, wait for the rest of a burst (module docstring). False: stop."""
+        with self._cond:
+            if self.core.has_work():
+                return not self._stopping
+            while not self._commands and not self._stopping:
+                self._cond.wait()
+            if any(isinstance(command, Add) for command in self._commands):
+                cap = time.monotonic() + self.config.coalesce_max_ms / 1e3
+                while not self._stopping:
+                    deadline = min(self._last_add + self.config.coalesce_ms / 1e3, cap)
+                    if (remaining := deadline - time.monotonic()) <= 0:
+                        break
+                    self._cond.wait(remaining)
+            return not self._stopping
+
+    def _run_commands(self) -> None:
+        with self._cond:
+            commands, self._commands = self._commands, []
+        endings: list[tuple[Channel, str, Item]] = []  # requests these commands end, handed over together
+        for command in commands:
+            match command:
+                case Add(seq=seq, channel=channel):
+                    if (error := self._add(seq, channel)) is not None:
+                        endings.append((channel, seq.request_id, error))
+                case Abort(request_id=request_id):
+                    self.core.abort(request_id)
+                    if (channel := self._owners.pop(request_id, None)) is not None:
+                        endings.append((channel, request_id, None))
+                case Pause(request_id=request_id):
+                    if request_id in self._owners:
+                        self.core.pause(request_id)
+                case Resume(request_id=request_id):
+                    if request_id in self._owners:
+                        self.core.resume(request_id)
+                case Encode(wav=wav, padding=padding, reply=reply):
+                    try:
+                        latents: np.ndarray | EngineError = self.core.encode_audio(wav, padding)
+                    except EngineError as exc:
+                        latents = exc
+                    reply(latents)
+                case DropChannel(channel=channel):
+                    for request_id in [rid for rid, owner in self._owners.items() if owner is channel]:
+                        self.core.abort(request_id)
+                        del self._owners[request_id]
+        self._hand_off(endings)
+
+    def _add(self, seq: Sequence, channel: Channel) -> EngineError | None:
+        """Admit the request; the error that ends it at once if the engine refuses it."""
+        if seq.request_id in self._owners:
+            return EngineError(f"request id {seq.request_id!r} is already in use")
+        try:
+            self.core.add_sequence(seq)
+        except EngineError as exc:
+            return exc
+        self._owners[seq.request_id] = channel
+        return None
+
+    def _deliver(self, chunks: list[AudioChunk]) -> None:
+        items: list[tuple[Channel, str, Item]] = []
+        for chunk in chunks:
+            channel = self._owners.get(chunk.request_id)
+            if channel is None:
+                continue
+            if chunk.finish_reason is not None:
+                del self._owners[chunk.request_id]
+            items.append((channel, chunk.request_id, chunk))
+        self._hand_off(items)
+
+    def _hand_off(self, items: list[tuple[Channel, str, Item]]) -> None:
+        """One deliver() per channel for all of `items`; a channel nobody reads loses its requests."""
+        by_channel: dict[Channel, list[tuple[str, Item]]] = {}
+        for channel, request_id, item in items:
+            by_channel.setdefault(channel, []).append((request_id, item))
+        for channel, batch in by_channel.items():
+            if not channel.deliver(batch):
+                for request_id, _ in batch:
+                    self.core.abort(request_id)
+                    self._owners.pop(request_id, None)
+
+    def shut_down(self, error: EngineError) -> None:
+        """Refuse new commands; fail queued ones and every open request with `error`."""
+        with self._cond:
+            self._dead = True
+            commands, self._commands = self._commands, []
+        # Unhealthy before anyone hears of the failure, so that a failed request sees a consistent stats().
+        self._stats = dataclasses.replace(self.core.stats(), healthy=False)
+        endings: list[tuple[Channel, str, Item]] = []
+        for command in commands:
+            if isinstance(command, Add):
+                endings.append((command.channel, command.seq.request_id, EngineError(str(error))))
+            elif isinstance(command, Encode):
+                command.reply(EngineError(str(error)))
+        endings.extend((channel, request_id, EngineError(str(error))) for request_id, channel in self._owners.items())
+        self._owners.clear()
+        self._hand_off(endings)
