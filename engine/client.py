@@ -1,0 +1,138 @@
+"""A worker's handle on an engine process (engine.process): AsyncEngine's interface over a Unix socket.
+
+One reader task takes the engine's messages and puts each step's items into their requests' streams in order;
+commands are written to the socket as they are made (a buffered write, never awaited: cancel() must not block).
+If the engine process goes away, every open request and call fails with EngineError and `stats().healthy` turns
+False; nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import logging
+from typing import Any
+
+import numpy as np
+
+from engine import ipc
+from engine.outputs import EngineError, EngineStats, ModelInfo
+from engine.params import GenerationRequest
+from engine.streams import EngineHandle, RequestStream
+
+logger = logging.getLogger(__name__)
+
+
+class EngineClient(EngineHandle):
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        info: ModelInfo,
+        stats: EngineStats,
+        max_buffered: int,
+    ) -> None:
+        self.info, self.max_buffered = info, max_buffered
+        self._reader, self._writer = reader, writer
+        self._stats = stats
+        self._streams: dict[str, RequestStream] = {}
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._call_ids = itertools.count()
+        self._error: EngineError | None = None  # set once the engine is gone
+        self._task = asyncio.create_task(self._read())
+
+    @classmethod
+    async def connect(cls, path: str, max_buffered: int = 32) -> EngineClient:
+        """Connect to the engine process listening at `path` (EngineError if it cannot be reached)."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(path, limit=1 << 20)
+            kind, info, stats = await ipc.read(reader)
+        except (OSError, EOFError) as exc:
+            raise EngineError(f"cannot reach the engine at {path}: {exc}") from exc
+        assert kind == "hello"
+        return cls(reader, writer, info, stats, max_buffered)
+
+    async def close(self) -> None:
+        """Disconnect: the engine drops this worker's requests; open streams here fail."""
+        self._writer.close()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._fail(EngineError("the engine connection was closed"))
+
+    # requests
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        if self._error is not None:
+            raise EngineError(str(self._error))
+        ipc.write(self._writer, message)
+
+    def _open(self, request: GenerationRequest, stream: RequestStream) -> None:
+        self._send(("add", request))  # a bad request comes back as its stream's first item: an EngineError
+        self._streams[request.request_id] = stream
+
+    def _close(self, request_id: str) -> None:
+        self._streams.pop(request_id, None)
+
+    def _flow(self, request_id: str, pause: bool) -> None:
+        self._send(("pause" if pause else "resume", request_id))
+
+    def cancel(self, request_id: str) -> None:
+        with contextlib.suppress(EngineError):  # the engine is gone, and every request with it
+            self._send(("abort", request_id))
+
+    async def _call(self, kind: str, *args: Any) -> Any:
+        call_id = next(self._call_ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._send((kind, call_id, *args))
+        self._calls[call_id] = future
+        try:
+            result = await future
+        finally:
+            self._calls.pop(call_id, None)
+        if isinstance(result, EngineError):
+            raise result
+        return result
+
+    async def encode_audio(self, wav: np.ndarray, padding: str = "left") -> np.ndarray:
+        return await self._call("encode", np.ascontiguousarray(wav, np.float32), padding)
+
+    async def check(self, request: GenerationRequest) -> None:
+        await self._call("check", request)
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    # the engine's messages
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                kind, *args = await ipc.read(self._reader)
+                if kind == "items":
+                    items, self._stats = args
+                    for request_id, item in items:
+                        if (stream := self._streams.get(request_id)) is not None:
+                            stream.put(item)
+                elif kind == "reply":
+                    call_id, result = args
+                    if (future := self._calls.get(call_id)) is not None and not future.done():
+                        future.set_result(result)
+                elif kind == "stats":
+                    (self._stats,) = args
+        except (EOFError, OSError, ValueError) as exc:
+            logger.error("engine connection lost: %s", exc)
+            self._fail(EngineError("the engine process is gone"))
+
+    def _fail(self, error: EngineError) -> None:
+        if self._error is not None:
+            return
+        self._error = error
+        self._stats = dataclasses.replace(self._stats, healthy=False)
+        for stream in self._streams.values():
+            stream.put(EngineError(str(error)))
+        for future in self._calls.values():
+            if not future.done():
+                future.set_result(EngineError(str(error)))

@@ -1,0 +1,97 @@
+"""Messages between the processes of one server: pickled objects, length-prefixed, over Unix stream sockets.
+
+Only processes of the same server talk this way, through sockets in a directory only its user can enter (the
+supervisor makes it), so unpickling what arrives is safe. Pickle's protocol 5 hands numpy arrays (the audio) out of
+band: they travel as raw buffers after the pickle, gathered by `sendmsg` without a serialising copy, and the
+receiver's arrays are views of the bytes it read.
+
+A message: [length of the rest][pickle length][buffer count][buffer lengths...][pickle][buffers...], uint64 LE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import socket
+import struct
+from collections import deque
+from typing import Any
+
+_U64 = struct.Struct("<Q")
+_HEAD = struct.Struct("<QQ")
+MAX_MESSAGE = 1 << 32  # a message this large is a bug, not traffic
+_IOV_MAX = 512  # frames per sendmsg (Linux allows 1024)
+
+
+def pack(message: Any) -> list[bytes | memoryview]:
+    """The frames of one message, in order."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    raws = [buffer.raw() for buffer in buffers]
+    head = struct.pack(f"<{2 + len(raws)}Q", len(data), len(raws), *(raw.nbytes for raw in raws))
+    total = len(head) + len(data) + sum(raw.nbytes for raw in raws)
+    return [_U64.pack(total) + head, data, *raws]
+
+
+def unpack(body: bytearray | memoryview) -> Any:
+    """A message from its body (everything after its length): arrays in it are views of `body`."""
+    view = memoryview(body)
+    data_length, count = _HEAD.unpack_from(view)
+    lengths = struct.unpack_from(f"<{count}Q", view, _HEAD.size)
+    offset = _HEAD.size + count * _U64.size
+    data = view[offset : offset + data_length]
+    offset += data_length
+    buffers = []
+    for length in lengths:
+        buffers.append(view[offset : offset + length])
+        offset += length
+    return pickle.loads(data, buffers=buffers)
+
+
+def send(sock: socket.socket, message: Any) -> None:
+    """Blocking: the whole message, or OSError."""
+    pending = deque(memoryview(frame) for frame in pack(message))
+    while pending:
+        sent = sock.sendmsg([pending[i] for i in range(min(_IOV_MAX, len(pending)))])
+        while sent:
+            if sent >= pending[0].nbytes:
+                sent -= pending.popleft().nbytes
+            else:
+                pending[0], sent = pending[0][sent:], 0
+        while pending and not pending[0].nbytes:
+            pending.popleft()
+
+
+def recv(sock: socket.socket) -> Any:
+    """Blocking: the next message; EOFError when the peer closed."""
+    (total,) = _U64.unpack(_recv_exactly(sock, _U64.size))
+    if total > MAX_MESSAGE:
+        raise ValueError(f"a message of {total} bytes")
+    return unpack(_recv_exactly(sock, total))
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytearray:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise EOFError("the peer closed the connection")
+        got += n
+    return buffer
+
+
+async def read(reader: asyncio.StreamReader) -> Any:
+    """The next message from an asyncio stream; EOFError when the peer closed."""
+    try:
+        (total,) = _U64.unpack(await reader.readexactly(_U64.size))
+        if total > MAX_MESSAGE:
+            raise ValueError(f"a message of {total} bytes")
+        return unpack(bytearray(await reader.readexactly(total)))
+    except asyncio.IncompleteReadError:
+        raise EOFError("the peer closed the connection") from None
+
+
+def write(writer: asyncio.StreamWriter, message: Any) -> None:
+    """Queue a message on an asyncio stream (buffered; the transport writes it as the socket takes it)."""
+    writer.writelines(pack(message))

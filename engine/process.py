@@ -1,0 +1,167 @@
+"""An engine in a process of its own, serving the server's worker processes over a Unix socket (engine.client is the
+other end).
+
+The process's main thread runs the step loop (engine.engine_loop). Each connected worker is a channel with two
+threads: one reads its commands (tokenizing requests there, off the step loop) and one writes the step's items to it,
+so a worker that is slow to read delays only its own audio, never a step. A worker that goes away (its socket
+closes) loses its requests at the next step boundary. The supervisor starts this process with `run` as the target
+and stops it by closing `control` (or with SIGTERM): open requests then fail with EngineError("engine closed").
+
+Messages (tuples, engine.ipc): from a worker `("add", request)`, `("abort", id)`, `("pause", id)`, `("resume", id)`,
+`("encode", call_id, wav, padding)`, `("check", call_id, request)`; to it `("hello", info, stats)` once, then
+`("items", [(id, chunk | error | None)...], stats)` per step, `("reply", call_id, result | error)` and
+`("stats", stats)` while idle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from engine import ipc
+from engine.config import EngineConfig
+from engine.engine_core import EngineCore
+from engine.engine_loop import Abort, Add, DropChannel, Encode, EngineLoop, Item, Pause, Resume
+from engine.outputs import EngineError
+
+logger = logging.getLogger(__name__)
+
+STATS_EVERY_S = 0.25  # how often an idle engine tells its workers how it is
+
+
+class _WorkerChannel:
+    """One worker's connection: its commands in, its requests' items out."""
+
+    def __init__(self, sock: socket.socket, engine: EngineLoop) -> None:
+        self.sock, self.engine = sock, engine
+        self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.open = True
+        self.writer = threading.Thread(target=self._write, name="engine-send", daemon=True)
+        self.writer.start()
+        threading.Thread(target=self._read, name="engine-recv", daemon=True).start()
+
+    def deliver(self, items: list[tuple[str, Item]]) -> bool:
+        if self.open:
+            self.outbox.put(("items", items, self.engine.stats()))
+        return self.open
+
+    def send(self, message: Any) -> None:
+        if self.open:
+            self.outbox.put(message)
+
+    def finish(self, timeout: float) -> None:
+        """Write what is queued (the shut-down's errors), then close."""
+        self.outbox.put(None)
+        self.writer.join(timeout)
+
+    def _write(self) -> None:
+        try:
+            while (message := self.outbox.get()) is not None:
+                ipc.send(self.sock, message)
+        except OSError:
+            pass
+        self._gone()
+
+    def _read(self) -> None:
+        core = self.engine.core
+        try:
+            while True:
+                kind, *args = ipc.recv(self.sock)
+                if kind == "add":
+                    (request,) = args
+                    try:
+                        seq = core.make_sequence(request)  # no engine state touched: safe off the step loop
+                    except EngineError as exc:
+                        self.deliver([(request.request_id, exc)])
+                        continue
+                    self.engine.submit(Add(seq, self))
+                elif kind in ("abort", "pause", "resume"):
+                    self.engine.submit({"abort": Abort, "pause": Pause, "resume": Resume}[kind](*args))
+                elif kind == "encode":
+                    call_id, wav, padding = args
+                    self.engine.submit(Encode(wav, padding, lambda result, c=call_id: self.send(("reply", c, result))))
+                elif kind == "check":
+                    call_id, request = args
+                    try:
+                        core.make_sequence(request)
+                        self.send(("reply", call_id, None))
+                    except EngineError as exc:
+                        self.send(("reply", call_id, exc))
+        except EngineError as exc:  # the engine stopped: the worker hears it from the step loop's shut-down
+            logger.debug("engine stopped while reading a worker: %s", exc)
+        except (EOFError, OSError, ValueError):
+            pass
+        self._gone()
+
+    def _gone(self) -> None:
+        if not self.open:
+            return
+        self.open = False
+        self.outbox.put(None)
+        with contextlib.suppress(EngineError):  # the engine stopped: it dropped everything already
+            self.engine.submit(DropChannel(self))
+        self.sock.close()
+
+
+def run(config: EngineConfig, path: str, control: Connection) -> None:
+    """The engine process (a multiprocessing spawn target): load, warm up, serve `path` until `control` closes.
+
+    Tells the supervisor over `control`: ("ready", info) once serving, or ("failed", message).
+    """
+    tag = f"engine[{os.getpid()}]"
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag} %(name)s: %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop (a ^C reaches the whole group)
+    try:
+        engine = EngineLoop(EngineCore(config))
+    except Exception as exc:
+        logger.exception("engine failed to load")
+        control.send(("failed", f"cannot load the model: {exc!r}"))
+        return
+    signal.signal(signal.SIGTERM, lambda *_: engine.stop())
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    channels: list[_WorkerChannel] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return
+            channel = _WorkerChannel(sock, engine)
+            channel.send(("hello", engine.core.info, engine.stats()))
+            channels.append(channel)
+
+    def report() -> None:
+        """Stats to every worker while the engine idles (a step's items carry them otherwise)."""
+        while True:
+            time.sleep(STATS_EVERY_S)
+            for channel in list(channels):
+                channel.send(("stats", engine.stats()))
+
+    def watch_control() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            control.recv()  # nothing is ever sent: this returns when the supervisor closes its end or dies
+        engine.stop()
+
+    def on_ready(error: BaseException | None) -> None:
+        if error is not None:
+            control.send(("failed", str(error)))
+            return
+        for target in (accept, report, watch_control):
+            threading.Thread(target=target, name=f"engine-{target.__name__}", daemon=True).start()
+        control.send(("ready", engine.core.info))
+
+    engine.run(on_ready)  # returns once stopped, every open request failed and told
+    listener.close()
+    for channel in list(channels):
+        channel.finish(timeout=5.0)

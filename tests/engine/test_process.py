@@ -1,0 +1,141 @@
+"""An engine in its own process (engine.process) reached through EngineClient: the same results as in-process,
+cancel, back-pressure, a worker that goes away, and an engine process that dies under load."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine import EngineError, FinishReason, GenerationParams, GenerationRequest
+from engine.client import EngineClient
+from engine.process import run
+from tests.engine.helpers import engine_config
+
+TIMEOUT = 60
+
+
+@contextmanager
+def engine_process(checkpoint: Path, **overrides: Any) -> Iterator[tuple[multiprocessing.Process, str]]:
+    context = multiprocessing.get_context("spawn")
+    directory = tempfile.mkdtemp(prefix="engine-test-")
+    path = os.path.join(directory, "engine.sock")
+    ours, theirs = context.Pipe()
+    process = context.Process(target=run, args=(engine_config(checkpoint, **overrides), path, theirs), daemon=True)
+    process.start()
+    theirs.close()
+    try:
+        assert ours.poll(TIMEOUT), "the engine process did not start"
+        kind, info = ours.recv()
+        assert kind == "ready", info
+        yield process, path
+    finally:
+        ours.close()  # closing the control pipe stops the engine
+        process.join(TIMEOUT)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+@pytest.fixture(scope="module")
+def served(tiny_checkpoint: Callable[..., Path]) -> Iterator[tuple[multiprocessing.Process, str]]:
+    with engine_process(tiny_checkpoint("voxcpm2", stop=False), max_patches=64) as served:
+        yield served
+
+
+@pytest.fixture
+async def client(served: tuple[multiprocessing.Process, str]) -> AsyncIterator[EngineClient]:
+    client = await EngineClient.connect(served[1], max_buffered=4)
+    yield client
+    await client.close()
+
+
+def request(request_id: str, max_patches: int = 6, seed: int = 1) -> GenerationRequest:
+    params = GenerationParams(seed=seed, max_patches=max_patches, min_patches=max_patches)
+    return GenerationRequest(text="Hello from another process.", params=params, request_id=request_id)
+
+
+async def collect(client: EngineClient, req: GenerationRequest) -> list[Any]:
+    return [chunk async for chunk in client.generate(req)]
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def test_the_same_audio_as_in_process(client: EngineClient, engine: Any) -> None:
+    """The session's in-process engine runs the same checkpoint: a seeded request gives the same audio."""
+    remote = await asyncio.wait_for(collect(client, request("r", seed=5)), TIMEOUT)
+    local = await asyncio.wait_for(collect(engine, request("l", seed=5)), TIMEOUT)
+    assert [c.index for c in remote] == list(range(6)) and remote[-1].finish_reason is FinishReason.LENGTH
+    np.testing.assert_allclose(np.concatenate([c.samples for c in remote]), np.concatenate([c.samples for c in local]))
+    assert client.info == engine.info
+
+
+async def test_concurrent_requests_cancel_and_back_pressure(client: EngineClient) -> None:
+    results = await asyncio.wait_for(
+        asyncio.gather(*(collect(client, request(f"c{i}", seed=i)) for i in range(3))), TIMEOUT
+    )
+    assert all(len(chunks) == 6 for chunks in results)
+    # A consumer that stops reading gets its request paused, not dropped.
+    slow = client.generate(request("slow", max_patches=20))
+    await anext(slow)
+    await wait_for(lambda: client.stats().paused == 1)
+    rest = [chunk async for chunk in slow]
+    assert [c.index for c in rest] == list(range(1, 20))
+    # Leaving a stream cancels its request at once.
+    async for chunk in client.generate(request("left", max_patches=40)):
+        if chunk.index == 2:
+            break
+    await wait_for(lambda: client.stats().running == 0 and client.stats().paused == 0)
+
+
+async def test_bad_requests_and_calls(client: EngineClient) -> None:
+    with pytest.raises(EngineError, match="something to say"):
+        await collect(client, GenerationRequest(text="   "))
+    with pytest.raises(EngineError):
+        await client.check(GenerationRequest(text=""))
+    await client.check(GenerationRequest(text="fine"))
+    latents = await client.encode_audio(np.sin(np.arange(16000, dtype=np.float32) / 10), padding="left")
+    assert latents.ndim == 3 and latents.shape[1:] == (client.info.patch_size, client.info.feat_dim)
+    with pytest.raises(EngineError, match="padding"):
+        await client.encode_audio(np.zeros(100, np.float32), padding="middle")
+
+
+async def test_a_worker_that_goes_away_loses_its_requests(served: tuple[multiprocessing.Process, str]) -> None:
+    leaving = await EngineClient.connect(served[1])
+    staying = await EngineClient.connect(served[1])
+    stream = leaving.generate(request("orphan", max_patches=60))
+    await anext(stream)
+    await leaving.close()  # as a worker process that died
+    await wait_for(lambda: staying.stats().running == 0)
+    assert len(await asyncio.wait_for(collect(staying, request("after")), TIMEOUT)) == 6
+    await stream.aclose()
+    await staying.close()
+
+
+async def test_an_engine_process_that_dies_fails_its_requests(tiny_checkpoint: Callable[..., Path]) -> None:
+    with engine_process(tiny_checkpoint("voxcpm2", stop=False), max_patches=200, max_model_len=512) as (process, path):
+        client = await EngineClient.connect(path)
+        stream = client.generate(request("doomed", max_patches=200))
+        await anext(stream)
+        os.kill(process.pid, signal.SIGKILL)
+        with pytest.raises(EngineError, match="gone"):
+            async with asyncio.timeout(TIMEOUT):
+                async for _ in stream:
+                    pass
+        assert not client.stats().healthy
+        with pytest.raises(EngineError):
+            await collect(client, request("later"))
+        await client.close()
