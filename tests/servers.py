@@ -50,7 +50,7 @@ async def running_server(
         model="in-process", port=0, voices_store=voices_store, limits=Limits(**(limits or {})), **overrides
     )
     server = TTSServer(config)
-    server.attach(engine, await open_voices(engine, config))
+    server.attach([engine], await open_voices(engine, config))
     port = (await server.listen()).getsockname()[1]
     try:
         yield RunningServer(server, f"ws://127.0.0.1:{port}/v1/tts/ws", f"http://127.0.0.1:{port}")

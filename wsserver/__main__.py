@@ -35,7 +35,7 @@ async def main(config: ServerConfig) -> None:
     )
     engine = await asyncio.to_thread(AsyncEngine, engine_config)
     await engine.start()
-    server.attach(engine, await open_voices(engine, config))
+    server.attach([engine], await open_voices(engine, config))
     # Everything made so far (torch, the model, the libraries) lives as long as the process: keep it out of the
     # collector's scans. A full collection over it took ~150 ms, every thread stopped, whenever a burst of sessions
     # allocated enough to trigger one.

@@ -1,8 +1,10 @@
-"""Engine-slot admission shared by every session: a fair FIFO in front of the engine's `max_num_seqs` slots.
+"""Engine-slot admission shared by every session of the server: a fair FIFO in front of the slots of every engine.
 
 A context holds a slot while one of its segments generates and gives it back in between, so a context idling for
 LLM tokens costs nobody a slot. Segments that continue a context already speaking wait in front of first segments:
-their audio is playing and runs out if they wait, while a newcomer only starts later.
+their audio is playing and runs out if they wait, while a newcomer only starts later. A granted segment goes to the
+engine with the most free slots (the least outstanding work: every slot holds one generating segment); a segment's
+context carries its voice and prompt itself, so consecutive segments may run on different engines.
 """
 
 from __future__ import annotations
@@ -14,36 +16,58 @@ T = TypeVar("T")
 
 
 class SlotQueue(Generic[T]):
-    def __init__(self, slots: int) -> None:
-        self.slots = slots
-        self.holders: set[T] = set()
+    def __init__(self, engine_slots: list[int]) -> None:
+        self.capacity = list(engine_slots)  # per engine; 0 for an engine that is down
+        self.holders: dict[T, int] = {}  # ticket -> the engine whose slot it holds
+        self._used = [0] * len(engine_slots)
         self._continuing: deque[T] = deque()  # continuations, first come first served
         self._new: deque[T] = deque()  # first segments of contexts, first come first served
+
+    @property
+    def slots(self) -> int:
+        return sum(self.capacity)
 
     @property
     def waiting(self) -> list[T]:
         """Tickets waiting, in the order they will be granted."""
         return [*self._continuing, *self._new]
 
-    def acquire(self, ticket: T, continuing: bool) -> bool:
-        """Take a slot for `ticket`, or queue it. True if granted at once."""
-        if len(self.holders) < self.slots and not self._continuing and not self._new:
-            self.holders.add(ticket)
-            return True
+    def acquire(self, ticket: T, continuing: bool) -> int | None:
+        """Take a slot for `ticket` (the engine's index), or queue it (None)."""
+        if not self._continuing and not self._new and (engine := self._roomiest()) is not None:
+            self._grant(ticket, engine)
+            return engine
         (self._continuing if continuing else self._new).append(ticket)
-        return False
+        return None
 
-    def release(self, ticket: T) -> list[T]:
+    def release(self, ticket: T) -> list[tuple[T, int]]:
         """Give back `ticket`'s slot (or its place in the queue). Returns the tickets granted in consequence."""
         if ticket in self.holders:
-            self.holders.remove(ticket)
+            self._used[self.holders.pop(ticket)] -= 1
         elif ticket in self._continuing:
             self._continuing.remove(ticket)
         elif ticket in self._new:
             self._new.remove(ticket)
+        return self._grant_waiting()
+
+    def set_capacity(self, engine: int, slots: int) -> list[tuple[T, int]]:
+        """An engine's slots changed (0: it is down; its holders keep theirs until they release them)."""
+        self.capacity[engine] = slots
+        return self._grant_waiting()
+
+    def _grant_waiting(self) -> list[tuple[T, int]]:
         granted = []
-        while len(self.holders) < self.slots and (self._continuing or self._new):
-            nxt = (self._continuing or self._new).popleft()
-            self.holders.add(nxt)
-            granted.append(nxt)
+        while (self._continuing or self._new) and (engine := self._roomiest()) is not None:
+            ticket = (self._continuing or self._new).popleft()
+            self._grant(ticket, engine)
+            granted.append((ticket, engine))
         return granted
+
+    def _grant(self, ticket: T, engine: int) -> None:
+        self.holders[ticket] = engine
+        self._used[engine] += 1
+
+    def _roomiest(self) -> int | None:
+        free = [capacity - used for capacity, used in zip(self.capacity, self._used, strict=True)]
+        best = max(range(len(free)), key=free.__getitem__, default=None)
+        return best if best is not None and free[best] > 0 else None

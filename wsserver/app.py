@@ -45,11 +45,13 @@ def make_app(server: TTSServer) -> Starlette:
         return json_response(200 if state == "ready" else 503, {"status": state})
 
     async def status(_: Request) -> Response:
-        return json_response(200, server.status())
+        return json_response(200, await server.status())
 
     async def metrics(_: Request) -> Response:
+        if server.link is None:
+            raise ApiError(503, "starting", "the model is still loading", Retry_After="5")
         return Response(
-            server.render_metrics(),
+            await server.render_metrics(),
             headers={"Cache-Control": "no-store"},
             media_type="text/plain; version=0.0.4; charset=utf-8",
         )
@@ -57,9 +59,10 @@ def make_app(server: TTSServer) -> Starlette:
     async def websocket_probe(request: Request) -> Response:
         # A plain GET of the WebSocket path answers what a handshake would get: browsers hide a refused handshake's
         # status from the page, so the web demo asks here to tell "busy" (503) from "not authorised" (401).
-        refusal = server.admission(request.headers.get("Authorization"), request.url.query)
+        refusal = await server.admit(request.headers.get("Authorization"), request.url.query)
         if refusal is not None:
             raise refusal
+        server.free_seat()  # only asking
         raise ApiError(426, "upgrade_required", "open a WebSocket here", Upgrade="websocket")
 
     async def info(_: Request) -> Response:

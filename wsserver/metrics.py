@@ -24,6 +24,12 @@ class Histogram:
         self.sum = 0.0
         self.count = 0
 
+    def add(self, other: Histogram) -> None:
+        assert other.buckets == self.buckets
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.sum += other.sum
+        self.count += other.count
+
     def observe(self, value: float) -> None:
         self.counts[bisect.bisect_left(self.buckets, value)] += 1
         self.sum += value
@@ -42,7 +48,8 @@ _RATIO = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
 
 
 class ServerMetrics:
-    """What the server measures. Gauges of current load are set by the adapter just before rendering."""
+    """What a server process measures (counters and histograms); `merged` sums those of every worker process, and
+    `render` adds the gauges of current load, which the caller computes for the whole server."""
 
     def __init__(self) -> None:
         self.ttfa = Histogram(_SECONDS)  # first text of a context -> its first audio frame queued for sending
@@ -51,9 +58,23 @@ class ServerMetrics:
         self.errors: defaultdict[str, int] = defaultdict(int)  # by error code
         self.closes: defaultdict[int, int] = defaultdict(int)  # server-initiated closes, by close code
         self.contexts: defaultdict[str, int] = defaultdict(int)  # ended contexts, by outcome
-        self.gauges: dict[str, float] = {}
 
-    def render(self) -> str:
+    @classmethod
+    def merged(cls, parts: list[ServerMetrics]) -> ServerMetrics:
+        total = cls()
+        for part in parts:
+            for mine, theirs in ((total.ttfa, part.ttfa), (total.queue_wait, part.queue_wait), (total.rtf, part.rtf)):
+                mine.add(theirs)
+            for mine_counts, theirs_counts in (
+                (total.errors, part.errors),
+                (total.closes, part.closes),
+                (total.contexts, part.contexts),
+            ):
+                for key, n in theirs_counts.items():
+                    mine_counts[key] += n
+        return total
+
+    def render(self, gauges: dict[str, float]) -> str:
         out: list[str] = []
 
         def family(name: str, kind: str, help_text: str, lines: list[str]) -> None:
@@ -95,7 +116,7 @@ class ServerMetrics:
             "Contexts ended, by outcome (done, cancelled, failed).",
             [f"ttsws_contexts_total{_labels({'outcome': o})} {n}" for o, n in sorted(self.contexts.items())],
         )
-        for name, value in sorted(self.gauges.items()):
+        for name, value in sorted(gauges.items()):
             family(name, "gauge", _GAUGE_HELP[name], [f"{name} {_number(value)}"])
         return "\n".join(out) + "\n"
 
@@ -111,4 +132,6 @@ _GAUGE_HELP = {
     "ttsws_engine_batch_size": "Average engine batch size over recent steps.",
     "ttsws_engine_step_seconds": "Average engine step time over recent steps.",
     "ttsws_engine_kv_blocks_free": "Free KV-cache blocks.",
+    "ttsws_engines_healthy": "Engines serving (one per GPU).",
+    "ttsws_workers": "Front-end worker processes reporting.",
 }

@@ -34,8 +34,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -43,14 +42,15 @@ import uvicorn
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from engine import AsyncEngine, EngineError
-from wsserver import messages as m
-from wsserver.admission import SlotQueue
+from engine import EngineError
+from engine.streams import EngineHandle
 from wsserver.app import make_app
 from wsserver.config import ServerConfig
 from wsserver.continuity import Continuity
-from wsserver.errors import CloseCode, ErrorCode
+from wsserver.coordinator import Coordinator, WorkerReport
+from wsserver.errors import CloseCode
 from wsserver.http import ApiError, over_capacity
+from wsserver.link import CoordinatorLink, LocalLink, SlotTicket
 from wsserver.metrics import ServerMetrics
 from wsserver.protocol import AbortSegment, CloseConnection, RunSegment, Session, SessionConfig
 from wsserver.voices import VoiceStore
@@ -77,37 +77,53 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
-@dataclass(eq=False, slots=True)
-class SlotTicket:
-    """One segment's place in the slot queue (a WebSocket context's or a speech request's)."""
-
-    on_position: Callable[[int], None]  # told its place in the queue whenever it changes
-    granted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    position: int = 0
-
-
 class TTSServer:
+    """One front end: HTTP and WebSocket sessions on a listening socket, in front of the engines, with its seats and
+    slot tickets from the coordinator (its own, in a single-process server, or the supervisor's)."""
+
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.metrics = ServerMetrics()
-        self.engine: AsyncEngine | None = None
+        self.metrics = ServerMetrics()  # this front end's; the coordinator adds every front end's up
+        self.engines: list[EngineHandle] = []
         self.voices: VoiceStore | None = None
-        self.slots: SlotQueue[SlotTicket] = SlotQueue(config.max_num_seqs)
+        self.link: CoordinatorLink | None = None
         self.connections: set[Connection] = set()
         self.speeches: set[asyncio.Task[None]] = set()  # speech requests generating (wsserver.speech)
-        self.draining = False
+        self.draining = False  # this front end drains (SIGTERM)
+        self._coordinator: Coordinator | None = None  # a single-process server's own
         self._upgrades: Upgrades | None = None  # made in listen(): websockets wants a running loop
         self._uvicorn: _Uvicorn | None = None
         self._serving: asyncio.Task[None] | None = None
 
     @property
-    def ready(self) -> bool:
-        return self.engine is not None and self.engine.stats().healthy
+    def engine(self) -> EngineHandle | None:
+        """The engine that answers for the model (info, voice encoding): the first (every engine serves the same)."""
+        return self.engines[0] if self.engines else None
 
     @property
-    def sessions(self) -> int:
-        """What `max_connections` bounds: WebSocket sessions and speech requests in progress."""
-        return len(self.connections) + len(self.speeches)
+    def ready(self) -> bool:
+        return self.link is not None and self.link.ready and not self.draining
+
+    def attach(self, engines: list[EngineHandle], voices: VoiceStore, link: CoordinatorLink | None = None) -> None:
+        """The engines are warm: start accepting sessions. Without a link the server coordinates itself (one process:
+        seats and slots are its own)."""
+        self.engines, self.voices = engines, voices
+        if link is None:
+            slots = [min(self.config.max_num_seqs, engine.stats().max_num_seqs) for engine in engines]
+            self._coordinator = Coordinator(self.config.max_connections, engines, slots)
+            self._coordinator.start()
+            link = LocalLink(self._coordinator, self.report)
+        self.link = link
+
+    def report(self) -> WorkerReport:
+        """This front end's figures, for the whole server's status."""
+        return WorkerReport(
+            connections=len(self.connections),
+            contexts_active=sum(len(c.session.contexts) for c in self.connections),
+            contexts_paused=sum(c.paused for c in self.connections),
+            speech_requests=len(self.speeches),
+            metrics=self.metrics,
+        )
 
     def authorize(self, authorization: str | None, query: str) -> ApiError | None:
         """401 unless the request carries the API key (when one is set): `Authorization: Bearer KEY` or ?token=KEY."""
@@ -120,21 +136,33 @@ class TTSServer:
             return None
         return ApiError(401, "unauthorized", "Authorization: Bearer KEY or ?token=KEY")
 
-    def admission(self, authorization: str | None, query: str) -> ApiError | None:
-        """Why a new session or speech request may not start now (the API key, readiness, room), or None: the
-        WebSocket handshake's checks, also answered over plain HTTP (wsserver.http)."""
+    async def admit(self, authorization: str | None, query: str) -> ApiError | None:
+        """A seat for a new session or speech request (give it back with `free_seat`), or why not: the API key, the
+        server's state, room under `max_connections` (server-wide)."""
         if (refusal := self.authorize(authorization, query)) is not None:
             return refusal
-        if not self.ready or self.draining:
-            return over_capacity("draining" if self.draining else "starting")
-        if self.sessions >= self.config.max_connections:
-            return over_capacity(f"max_connections={self.config.max_connections} sessions and requests are open")
-        return None
+        if self.link is None or self.draining:
+            return over_capacity("starting" if self.link is None else "draining")
+        reason = await self.link.take_seat()
+        if reason is None:
+            return None
+        if reason == "full":
+            reason = f"max_connections={self.config.max_connections} sessions and requests are open"
+        return over_capacity(reason)
 
-    def attach(self, engine: AsyncEngine, voices: VoiceStore) -> None:
-        """The engine is loaded and warmed up: start accepting sessions."""
-        self.engine, self.voices = engine, voices
-        self.slots.slots = min(self.config.max_num_seqs, engine.config.max_num_seqs)
+    def free_seat(self) -> None:
+        assert self.link is not None
+        self.link.free_seat()
+
+    async def status(self) -> dict[str, Any]:
+        if self.link is None:
+            return {"ready": False, "draining": self.draining, "can_accept": False}
+        status = await self.link.status()
+        return status | {"ready": status["ready"] and not self.draining}
+
+    async def render_metrics(self) -> str:
+        assert self.link is not None
+        return await self.link.metrics()
 
     async def listen(self, sock: socket.socket | None = None) -> socket.socket:
         """Serve HTTP and WebSocket sessions on `sock` (default: bind the configured address); returns the socket."""
@@ -171,6 +199,8 @@ class TTSServer:
         await self._serving
         await asyncio.gather(*(_going_away(websocket) for websocket in list(self._upgrades.all_connections)))
         await asyncio.gather(*self._upgrades.handler_tasks, return_exceptions=True)
+        if self._coordinator is not None:
+            self._coordinator.stop()
 
     async def drain(self) -> None:
         """SIGTERM: /ready turns 503, sessions are told, open contexts get `drain_timeout_s` to finish, the rest are
@@ -192,87 +222,8 @@ class TTSServer:
             await asyncio.sleep(0.05)
         await self.close()
 
-    def status(self) -> dict[str, Any]:
-        stats = self.engine.stats() if self.engine is not None else None
-        contexts = sum(len(c.session.contexts) for c in self.connections)
-        paused = sum(c.paused for c in self.connections)
-        queued = len(self.slots.waiting)
-        utilisation = 100.0 * len(self.slots.holders) / self.slots.slots
-        return {
-            "ready": self.ready,
-            "draining": self.draining,
-            "connections": {"active": len(self.connections), "max": self.config.max_connections},
-            "speech_requests": len(self.speeches),
-            "contexts": {"active": contexts, "generating": len(self.slots.holders), "queued": queued, "paused": paused},
-            "engine": None
-            if stats is None
-            else {
-                "running": stats.running,
-                "waiting": stats.waiting,
-                "paused": stats.paused,
-                "slots": self.slots.slots,
-                "step_ms": round(stats.step_ms_avg, 2),
-                "batch_size": round(stats.batch_size_avg, 2),
-                "healthy": stats.healthy,
-            },
-            "utilisation_pct": round(utilisation, 1),
-            "can_accept": self.ready and not self.draining and self.sessions < self.config.max_connections,
-        }
-
-    def render_metrics(self) -> str:
-        status = self.status()
-        gauges = {
-            "ttsws_sessions_active": status["connections"]["active"],
-            "ttsws_speech_requests_active": status["speech_requests"],
-            "ttsws_contexts_active": status["contexts"]["active"],
-            "ttsws_contexts_queued": status["contexts"]["queued"],
-            "ttsws_contexts_paused": status["contexts"]["paused"],
-        }
-        if self.engine is not None:
-            stats = self.engine.stats()
-            gauges |= {
-                "ttsws_engine_running": stats.running,
-                "ttsws_engine_waiting": stats.waiting,
-                "ttsws_engine_batch_size": stats.batch_size_avg,
-                "ttsws_engine_step_seconds": stats.step_ms_avg / 1000,
-                "ttsws_engine_kv_blocks_free": stats.kv_blocks_free,
-            }
-        self.metrics.gauges = gauges
-        return self.metrics.render()
-
-    def queue(self, on_position: Callable[[int], None], continuing: bool) -> SlotTicket:
-        """A segment's ticket for an engine slot: granted now, or queued (continuations first, then first segments);
-        `on_position` hears its place in the queue. Every ticket is given back with `release`."""
-        ticket = SlotTicket(on_position)
-        if self.slots.acquire(ticket, continuing):
-            ticket.granted.set_result(None)
-        else:
-            self.announce_positions()
-        return ticket
-
-    def announce_positions(self) -> None:
-        """Tell every waiting segment whose place in the slot queue changed (`queue.status`)."""
-        for position, ticket in enumerate(self.slots.waiting, start=1):
-            if ticket.position != position:
-                ticket.position = position
-                ticket.on_position(position)
-
-    def release(self, ticket: SlotTicket) -> None:
-        """Give back a slot or a place in the queue (idempotent)."""
-        for granted in self.slots.release(ticket):
-            granted.granted.set_result(None)
-        self.announce_positions()
-
     async def handle(self, websocket: ServerConnection) -> None:
-        """One WebSocket session, from the completed handshake to the end of the connection."""
-        if len(self.connections) >= self.config.max_connections:
-            # Handshakes that passed the HTTP check together can overshoot it; refuse the extra ones here.
-            message = m.ErrorMessage(ErrorCode.OVER_CAPACITY, "max_connections reached", fatal=True)
-            with contextlib.suppress(ConnectionClosed):
-                await websocket.send(m.serialize(message), text=True)
-                await websocket.close(CloseCode.OVER_CAPACITY, "over capacity")
-            self.metrics.closes[CloseCode.OVER_CAPACITY] += 1
-            return
+        """One WebSocket session (its seat was taken at the handshake), from the handshake to the connection's end."""
         connection = Connection(self, websocket)
         self.connections.add(connection)
         try:
@@ -283,11 +234,10 @@ class TTSServer:
 
 class Connection:
     def __init__(self, server: TTSServer, websocket: ServerConnection) -> None:
-        assert server.engine is not None
+        assert server.engine is not None and server.voices is not None and server.link is not None
         self.server = server
-        self.engine = server.engine
+        self.link = server.link
         self.websocket = websocket
-        assert server.voices is not None
         info = server.engine.info
         self.session = Session(
             SessionConfig(uuid.uuid4().hex, info.name, info.sample_rate, server.voices, server.config.limits),
@@ -320,7 +270,7 @@ class Connection:
             for task in [*self._tasks, *(task for task, _ in segments)]:
                 task.cancel()
             for _, ticket in segments:  # a task cancelled before it ran would never release its slot itself
-                self.server.release(ticket)
+                self.link.release(ticket)
             await asyncio.gather(*self._tasks, *(task for task, _ in segments), return_exceptions=True)
             if self._timer is not None:
                 self._timer.cancel()
@@ -335,7 +285,7 @@ class Connection:
                     if ctx in self.segments:
                         task, ticket = self.segments.pop(ctx)
                         task.cancel()  # leaving the engine's iterator aborts the request at its next step
-                        self.server.release(ticket)
+                        self.link.release(ticket)
                     self.continuity.pop(ctx, None)
                 case CloseConnection(after_output=True):
                     self._close_after_output = action
@@ -352,10 +302,11 @@ class Connection:
 
     def _start(self, action: RunSegment) -> None:
         if action.segment == 0:
-            self.continuity[action.ctx] = Continuity(action.voice, self.engine.info, self.server.config.carry_s)
+            info = self.server.engines[0].info
+            self.continuity[action.ctx] = Continuity(action.voice, info, self.server.config.carry_s)
         # Queue for a slot now, not when the task first runs: a continuation must be in the queue before the slot
         # its previous segment frees is handed on.
-        ticket = self.server.queue(functools.partial(self._queued, action.ctx), action.continuing)
+        ticket = self.link.queue(functools.partial(self._queued, action.ctx), action.continuing)
         task = asyncio.create_task(self._generate(action, ticket, self.continuity[action.ctx]))
         self.segments[action.ctx] = (task, ticket)
 
@@ -367,13 +318,13 @@ class Connection:
         session, now = self.session, time.monotonic
         request = continuity.request(action.text, action.generation, action.segment, self.server.config.max_patches)
         try:
-            await ticket.granted
+            engine = self.server.engines[await ticket.granted]  # the engine whose slot it got
             session.segment_admitted(action.ctx, now())
             self.pump()
             latents = []
             # aclosing: leaving the loop (a cancel while waiting for the client) closes the stream, which cancels the
             # request now; left to the garbage collector, the request would stay paused in the engine meanwhile.
-            async with contextlib.aclosing(self.engine.generate(request)) as chunks:
+            async with contextlib.aclosing(engine.generate(request)) as chunks:
                 async for chunk in chunks:
                     latents.append(chunk.latents)
                     session.segment_audio(action.ctx, chunk.samples, now())
@@ -388,7 +339,7 @@ class Connection:
             if action.ctx in self.segments and self.segments[action.ctx][1] is ticket:
                 del self.segments[action.ctx]
             self.pump()  # may start this context's next segment, which then queues ahead of new contexts
-            self.server.release(ticket)
+            self.link.release(ticket)
             if action.ctx not in session.contexts:
                 self.continuity.pop(action.ctx, None)
 

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from engine import AsyncEngine, EngineError
+from engine import EngineError, ModelInfo
 from wsserver import messages as m
 from wsserver.audio import Resampler
 from wsserver.continuity import Continuity
@@ -136,29 +136,31 @@ def segments(text: str) -> list[str]:
 class Synthesis:
     """One speech request's audio: its segments through the slot queue and the engine, resampled and encoded."""
 
-    def __init__(self, server: TTSServer, engine: AsyncEngine, request: SpeechRequest, pieces: list[str]) -> None:
-        self.server, self.engine, self.request, self.pieces = server, engine, request, pieces
+    def __init__(self, server: TTSServer, info: ModelInfo, request: SpeechRequest, pieces: list[str]) -> None:
+        self.server, self.info, self.request, self.pieces = server, info, request, pieces
         self.encoder = FileEncoder(request.response_format, request.sample_rate, streaming=request.stream)
-        self.resampler = Resampler(engine.info.sample_rate, request.sample_rate)
+        self.resampler = Resampler(info.sample_rate, request.sample_rate)
         self.patches = 0  # generated, all segments together
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The file's bytes as they are made (streaming), or once, whole (blocking). EngineError if a segment fails."""
-        continuity = Continuity(self.request.voice, self.engine.info, self.server.config.carry_s)
+        server = self.server
+        assert server.link is not None
+        continuity = Continuity(self.request.voice, self.info, server.config.carry_s)
         for index, text in enumerate(self.pieces):
-            engine_request = continuity.request(text, self.request.generation, index, self.server.config.max_patches)
+            engine_request = continuity.request(text, self.request.generation, index, server.config.max_patches)
             latents = []
-            ticket = self.server.queue(_unannounced, continuing=index > 0)
+            ticket = server.link.queue(_unannounced, continuing=index > 0)
             try:
-                await ticket.granted
-                async with contextlib.aclosing(self.engine.generate(engine_request)) as chunks:  # closed: cancelled
+                engine = server.engines[await ticket.granted]
+                async with contextlib.aclosing(engine.generate(engine_request)) as chunks:  # closed: cancelled
                     async for chunk in chunks:
                         latents.append(chunk.latents)
                         self.patches += 1
                         if data := self.encoder.push(self.resampler.process(chunk.samples)):
                             yield data
             finally:
-                self.server.release(ticket)
+                server.link.release(ticket)
             continuity.record(text, latents)
         tail = self.encoder.push(self.resampler.flush())
         yield tail + self.encoder.finish()
@@ -178,14 +180,15 @@ class AudioResponse:
         self.stall_timeout_s = synthesis.server.config.limits.stall_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        speeches = self.synthesis.server.speeches  # what max_connections counts and a drain waits for, then cancels
+        server = self.synthesis.server
         work = asyncio.ensure_future(self._respond(send))
         watch = asyncio.ensure_future(_disconnected(receive))
-        speeches.add(work)
+        server.speeches.add(work)  # what a drain waits for, then cancels
         try:
             await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            speeches.discard(work)
+            server.speeches.discard(work)
+            server.free_seat()  # taken when the request was admitted
             for task in (work, watch):
                 task.cancel()
             await asyncio.gather(work, watch, return_exceptions=True)
@@ -284,9 +287,13 @@ def speech_routes(server: TTSServer) -> list[Route]:
         pieces = segments(parsed.input)
         if not pieces:
             raise ApiError(400, "empty_input", "'input' has nothing the model can say", param="input")
-        refusal = server.admission(request.headers.get("Authorization"), request.url.query)
+        refusal = await server.admit(request.headers.get("Authorization"), request.url.query)
         if refusal is not None:
             raise refusal
-        return AudioResponse(Synthesis(server, engine, parsed, pieces))
+        try:
+            return AudioResponse(Synthesis(server, info, parsed, pieces))  # it gives the seat back when it ends
+        except BaseException:
+            server.free_seat()
+            raise
 
     return [Route("/v1/audio/speech", speech, methods=["POST"])]

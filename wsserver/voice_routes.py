@@ -20,7 +20,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from engine import AsyncEngine, EngineError, GenerationRequest
+from engine import EngineError, GenerationRequest
+from engine.streams import EngineHandle
 from wsserver.decoding import AudioError, UploadLimits, decode
 from wsserver.http import ApiError, json_response
 from wsserver.voices import ROLES, Voice, VoiceLimitError, VoiceStore, upload_id
@@ -123,7 +124,7 @@ async def _read_form(request: Request, max_transcript_chars: int) -> dict[str, o
 
 
 async def _clone(
-    engine: AsyncEngine, voices: VoiceStore, limits: UploadLimits, data: bytes, name: str, transcript: str, role: str
+    engine: EngineHandle, voices: VoiceStore, limits: UploadLimits, data: bytes, name: str, transcript: str, role: str
 ) -> Voice:
     """Decode, check and encode an upload (or find the voice already stored for the same content)."""
     info = engine.info

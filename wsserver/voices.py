@@ -34,7 +34,8 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
-from engine import AsyncEngine, EngineError, Prompt
+from engine import EngineError, Prompt
+from engine.streams import EngineHandle
 from wsserver.decoding import AudioError, decode
 
 if TYPE_CHECKING:
@@ -237,7 +238,7 @@ class VoiceLimitError(Exception):
     """The store is full."""
 
 
-async def open_voices(engine: AsyncEngine, config: ServerConfig) -> VoiceStore:
+async def open_voices(engine: EngineHandle, config: ServerConfig) -> VoiceStore:
     """The server's voices: `--voices-dir` pairs encoded now (a bad pair is skipped, loudly), and the store."""
     fixed: dict[str, Voice] = {}
     rate = engine.info.encoder_sample_rate

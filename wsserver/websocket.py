@@ -73,10 +73,11 @@ class Upgrades(Server):
 
     async def _run(self, connection: ServerConnection) -> None:
         """One upgraded connection, as websockets' serve() runs it: the handshake, then the session; the transport is
-        never left open behind a failed handshake or a crashed handler."""
+        never left open behind a failed handshake or a crashed handler, and the session's seat goes back."""
+        seated: list[bool] = []
         try:
             async with asyncio.timeout(OPEN_TIMEOUT_S):
-                await connection.handshake(self._admit)
+                await connection.handshake(lambda conn, request: self._admit(request, seated))
             if connection.protocol.state is not State.OPEN:
                 connection.transport.abort()
                 return
@@ -92,16 +93,20 @@ class Upgrades(Server):
         except Exception:
             connection.transport.abort()
         finally:
+            if seated:
+                self.tts.free_seat()
             self.handler_tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
 
-    def _admit(self, _connection: ServerConnection, request: Request) -> Response | None:
-        """The handshake's checks: the path, then the server's admission (key, readiness, room)."""
+    async def _admit(self, request: Request, seated: list[bool]) -> Response | None:
+        """The handshake's checks: the path, then the server's admission (key, state, a seat under max_connections),
+        which takes the session's seat."""
         url = urlsplit(request.path)
         if url.path != WS_PATH:
-            refusal = ApiError(404, "not_found", f"WebSocket sessions open at {WS_PATH}")
+            refusal: ApiError | None = ApiError(404, "not_found", f"WebSocket sessions open at {WS_PATH}")
         else:
-            refusal = self.tts.admission(request.headers.get("Authorization"), url.query)
+            refusal = await self.tts.admit(request.headers.get("Authorization"), url.query)
         if refusal is None:
+            seated.append(True)
             return None
         body = orjson.dumps(refusal.body())
         headers = Headers({"Content-Type": "application/json", "Content-Length": str(len(body)), **refusal.headers})

@@ -87,7 +87,7 @@ async def test_a_client_that_hangs_up_frees_the_engine_at_once(serve: ServeFacto
         hung_up = time.monotonic()
         await wait_idle(engine, timeout=2)
         assert time.monotonic() - hung_up < 1.0
-        assert running.server.speeches == set() and not running.server.slots.holders
+        assert running.server.speeches == set() and not running.server.link.coordinator.queue.holders
 
 
 async def test_a_request_that_hangs_up_while_queued_leaves_the_queue(serve: ServeFactory) -> None:
@@ -97,13 +97,13 @@ async def test_a_request_that_hangs_up_while_queued_leaves_the_queue(serve: Serv
         await ws.send("context.end", ctx="busy")
         await ws.until_message("segment.started", "busy")
         request = asyncio.create_task(http.post("/v1/audio/speech", json={"input": "Waiting.", "voice": "default"}))
-        while not running.server.slots.waiting:
+        while not running.server.link.coordinator.queue.waiting:
             await asyncio.sleep(0.01)
         request.cancel()  # the client goes away before its request gets a slot
         await asyncio.gather(request, return_exceptions=True)
         while running.server.speeches:
             await asyncio.sleep(0.01)
-        assert not running.server.slots.waiting
+        assert not running.server.link.coordinator.queue.waiting
         await ws.send("context.cancel", ctx="busy")
         await ws.until_ended("busy")
         await ws.close()

@@ -4,13 +4,30 @@ from wsserver.admission import SlotQueue
 
 
 def test_fifo_with_continuations_first() -> None:
-    queue: SlotQueue[str] = SlotQueue(slots=1)
-    assert queue.acquire("a0", continuing=False)
-    assert not queue.acquire("b0", continuing=False)
-    assert not queue.acquire("c0", continuing=False)
-    assert not queue.acquire("a1", continuing=True)  # a's next segment: its audio is playing
+    queue: SlotQueue[str] = SlotQueue([1])
+    assert queue.acquire("a0", continuing=False) == 0
+    assert queue.acquire("b0", continuing=False) is None
+    assert queue.acquire("c0", continuing=False) is None
+    assert queue.acquire("a1", continuing=True) is None  # a's next segment: its audio is playing
     assert queue.waiting == ["a1", "b0", "c0"]
-    assert queue.release("a0") == ["a1"]
+    assert queue.release("a0") == [("a1", 0)]
     assert queue.release("c0") == []  # leaving the queue grants nothing while the slot is taken
-    assert queue.release("a1") == ["b0"]
-    assert queue.waiting == [] and queue.holders == {"b0"}
+    assert queue.release("a1") == [("b0", 0)]
+    assert queue.waiting == [] and queue.holders == {"b0": 0}
+
+
+def test_segments_go_to_the_engine_with_the_most_room() -> None:
+    queue: SlotQueue[str] = SlotQueue([2, 2])
+    assert [queue.acquire(t, continuing=False) for t in "abcde"] == [0, 1, 0, 1, None]
+    assert queue.release("b") == [("e", 1)]
+    assert queue.release("a") == [] and queue.acquire("f", continuing=False) == 0
+    assert queue.slots == 4 and sorted(queue.holders.values()) == [0, 0, 1, 1]
+
+
+def test_an_engine_that_goes_down_takes_no_more_segments() -> None:
+    queue: SlotQueue[str] = SlotQueue([1, 1])
+    assert queue.acquire("a", False) == 0 and queue.acquire("b", False) == 1
+    assert queue.set_capacity(1, 0) == []
+    assert queue.release("b") == [] and queue.acquire("c", False) is None
+    assert queue.release("a") == [("c", 0)]
+    assert queue.set_capacity(1, 1) == [] and queue.acquire("d", False) == 1

@@ -1,0 +1,249 @@
+"""The server-wide state behind every front end: session seats (`max_connections`), the engine-slot FIFO in front of
+every engine (wsserver.admission), the engines' health, and the whole server's status and metrics.
+
+There is one Coordinator per server. A single-process server keeps it beside its sessions; with worker processes it
+lives in the supervisor and each worker reaches it over a Unix socket (wsserver.link). Either way a front end is a
+`WorkerPort`: the coordinator grants its tickets, tells it their places in the queue and the server's state, and asks
+it for a report when someone asks for the status. Everything here runs on one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine import EngineStats
+from wsserver.admission import SlotQueue
+from wsserver.metrics import ServerMetrics
+
+logger = logging.getLogger(__name__)
+
+REPORT_TIMEOUT_S = 2.0  # a worker that does not answer a status request in time is left out of that answer
+WATCH_EVERY_S = 0.25  # how often the engines' health is looked at
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """What one front end has now, for the whole server's status and metrics."""
+
+    connections: int = 0
+    contexts_active: int = 0
+    contexts_paused: int = 0
+    speech_requests: int = 0
+    metrics: ServerMetrics = field(default_factory=ServerMetrics)
+
+
+class WorkerPort(Protocol):
+    """A front end as the coordinator sees it (all calls on the coordinator's loop; none may block)."""
+
+    def granted(self, ticket_id: int, engine: int) -> None: ...
+
+    def position(self, ticket_id: int, position: int) -> None: ...
+
+    def state(self, ready: bool, draining: bool) -> None: ...
+
+    async def report(self) -> WorkerReport: ...
+
+
+class EngineView(Protocol):
+    def stats(self) -> EngineStats: ...
+
+
+class Coordinator:
+    def __init__(self, max_sessions: int, engines: Sequence[EngineView], slots: list[int]) -> None:
+        self.max_sessions = max_sessions
+        self.engines = list(engines)
+        self.slots_per_engine = list(slots)
+        self.queue: SlotQueue[tuple[WorkerPort, int]] = SlotQueue(slots)
+        self.seats: dict[WorkerPort, int] = {}
+        self.draining = False
+        self._positions: dict[tuple[WorkerPort, int], int] = {}
+        self._healthy = [True] * len(self.engines)
+        self._watch: asyncio.Task[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        return not self.draining and any(self._healthy)
+
+    @property
+    def sessions(self) -> int:
+        return sum(self.seats.values())
+
+    # -- front ends ------------------------------------------------------------------------------------------------
+
+    def join(self, worker: WorkerPort) -> None:
+        self.seats.setdefault(worker, 0)
+        worker.state(self.ready, self.draining)
+
+    def leave(self, worker: WorkerPort) -> None:
+        """A front end is gone (closed, or its process died): its seats and tickets go back."""
+        self.seats.pop(worker, None)
+        for key in [key for key in (*self.queue.holders, *self.queue.waiting) if key[0] is worker]:
+            self._grant(self.queue.release(key))
+        self._announce()
+
+    def take_seat(self, worker: WorkerPort) -> str | None:
+        """A seat for a new session or speech request; else why not ("draining", "starting" or "full")."""
+        if self.draining:
+            return "draining"
+        if not self.ready:
+            return "starting"
+        if self.sessions >= self.max_sessions:
+            return "full"
+        self.seats[worker] = self.seats.get(worker, 0) + 1
+        return None
+
+    def free_seat(self, worker: WorkerPort) -> None:
+        if self.seats.get(worker, 0) > 0:
+            self.seats[worker] -= 1
+
+    def enqueue(self, worker: WorkerPort, ticket_id: int, continuing: bool) -> None:
+        """A segment wants an engine slot: granted now (`worker.granted`) or queued (`worker.position`)."""
+        engine = self.queue.acquire((worker, ticket_id), continuing)
+        if engine is not None:
+            worker.granted(ticket_id, engine)
+        else:
+            self._announce()
+
+    def release(self, worker: WorkerPort, ticket_id: int) -> None:
+        """A segment is done with its slot, or leaves the queue (idempotent)."""
+        self._grant(self.queue.release((worker, ticket_id)))
+        self._announce()
+
+    def _grant(self, grants: list[tuple[tuple[WorkerPort, int], int]]) -> None:
+        for (worker, ticket_id), engine in grants:
+            self._positions.pop((worker, ticket_id), None)
+            worker.granted(ticket_id, engine)
+
+    def _announce(self) -> None:
+        """Tell every waiting segment whose place in the queue changed (`queue.status`)."""
+        waiting = self.queue.waiting
+        alive = set(waiting)
+        self._positions = {key: place for key, place in self._positions.items() if key in alive}
+        for place, key in enumerate(waiting, start=1):
+            if self._positions.get(key) != place:
+                self._positions[key] = place
+                key[0].position(key[1], place)
+
+    # -- the server's life -----------------------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        self.draining = True
+        self._broadcast()
+
+    def start(self) -> None:
+        """Watch the engines' health from now on (on this event loop)."""
+        self._watch = asyncio.get_running_loop().create_task(self._watch_engines())
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+
+    async def _watch_engines(self) -> None:
+        while True:
+            self.check_engines()
+            await asyncio.sleep(WATCH_EVERY_S)
+
+    def check_engines(self) -> None:
+        """An engine that failed (or a dead engine process) takes no more segments; the server stays ready while one
+        serves."""
+        healthy = [engine.stats().healthy for engine in self.engines]
+        if healthy == self._healthy:
+            return
+        for index, (was, now) in enumerate(zip(self._healthy, healthy, strict=True)):
+            if was != now:
+                logger.error("engine %d %s", index, "serves again" if now else "failed: it takes no more segments")
+                self._grant(self.queue.set_capacity(index, self.slots_per_engine[index] if now else 0))
+        self._healthy = healthy
+        self._announce()
+        self._broadcast()
+
+    def _broadcast(self) -> None:
+        for worker in list(self.seats):
+            worker.state(self.ready, self.draining)
+
+    # -- the whole server ------------------------------------------------------------------------------------------
+
+    async def reports(self) -> list[WorkerReport]:
+        async def ask(worker: WorkerPort) -> WorkerReport | None:
+            try:
+                async with asyncio.timeout(REPORT_TIMEOUT_S):
+                    return await worker.report()
+            except (TimeoutError, ConnectionError, EOFError) as exc:
+                logger.warning("a worker did not report: %r", exc)
+                return None
+
+        answers = await asyncio.gather(*(ask(worker) for worker in list(self.seats)))
+        return [report for report in answers if report is not None]
+
+    async def status(self) -> dict[str, Any]:
+        reports = await self.reports()
+        stats = [engine.stats() for engine in self.engines]
+        holders, slots = len(self.queue.holders), self.queue.slots
+        return {
+            "ready": self.ready,
+            "draining": self.draining,
+            "workers": len(reports),
+            "connections": {"active": sum(r.connections for r in reports), "max": self.max_sessions},
+            "speech_requests": sum(r.speech_requests for r in reports),
+            "contexts": {
+                "active": sum(r.contexts_active for r in reports),
+                "generating": holders,
+                "queued": len(self.queue.waiting),
+                "paused": sum(r.contexts_paused for r in reports),
+            },
+            "engine": _engine_totals(stats, slots),
+            "engines": [_engine_figures(s, capacity) for s, capacity in zip(stats, self.queue.capacity, strict=True)],
+            "utilisation_pct": round(100.0 * holders / slots, 1) if slots else 100.0,
+            "can_accept": self.ready and self.sessions < self.max_sessions,
+        }
+
+    async def metrics(self) -> str:
+        status = await self.status()
+        metrics = ServerMetrics.merged([report.metrics for report in await self.reports()])
+        engine = status["engine"]
+        gauges = {
+            "ttsws_sessions_active": status["connections"]["active"],
+            "ttsws_speech_requests_active": status["speech_requests"],
+            "ttsws_contexts_active": status["contexts"]["active"],
+            "ttsws_contexts_queued": status["contexts"]["queued"],
+            "ttsws_contexts_paused": status["contexts"]["paused"],
+            "ttsws_engine_running": engine["running"],
+            "ttsws_engine_waiting": engine["waiting"],
+            "ttsws_engine_batch_size": engine["batch_size"],
+            "ttsws_engine_step_seconds": engine["step_ms"] / 1000,
+            "ttsws_engine_kv_blocks_free": engine["kv_blocks_free"],
+            "ttsws_engines_healthy": sum(e["healthy"] for e in status["engines"]),
+            "ttsws_workers": status["workers"],
+        }
+        return metrics.render(gauges)
+
+
+def _engine_figures(stats: EngineStats, slots: int) -> dict[str, Any]:
+    return {
+        "running": stats.running,
+        "waiting": stats.waiting,
+        "paused": stats.paused,
+        "slots": slots,
+        "step_ms": round(stats.step_ms_avg, 2),
+        "batch_size": round(stats.batch_size_avg, 2),
+        "kv_blocks_free": stats.kv_blocks_free,
+        "healthy": stats.healthy,
+    }
+
+
+def _engine_totals(stats: list[EngineStats], slots: int) -> dict[str, Any]:
+    """All engines as one: sums, the mean step time, healthy only if every engine is."""
+    return {
+        "running": sum(s.running for s in stats),
+        "waiting": sum(s.waiting for s in stats),
+        "paused": sum(s.paused for s in stats),
+        "slots": slots,
+        "step_ms": round(sum(s.step_ms_avg for s in stats) / len(stats), 2) if stats else 0.0,
+        "batch_size": round(sum(s.batch_size_avg for s in stats), 2),
+        "kv_blocks_free": sum(s.kv_blocks_free for s in stats),
+        "healthy": all(s.healthy for s in stats),
+    }

@@ -1,0 +1,296 @@
+"""A front end's line to the coordinator (wsserver.coordinator): seats, engine-slot tickets, the server's state, and
+the whole server's status.
+
+`LocalLink`: the coordinator lives in this process (a single-process server), calls are direct. `RemoteLink`: the
+coordinator lives in the supervisor and a worker process talks to it over a Unix socket (engine.ipc messages);
+`serve_coordinator` is the supervisor's end. Either way a ticket's grant comes as the engine's index, and a worker
+whose link breaks has lost every seat and slot it held: the coordinator frees them when the connection closes.
+
+Messages, worker -> coordinator: `("seat", call_id)` (answered `("reply", call_id, refusal | None)`), `("free",)`,
+`("queue", ticket_id, continuing)`, `("release", ticket_id)`, `("status", call_id)`, `("metrics", call_id)`,
+`("report", call_id, WorkerReport)`; coordinator -> worker: `("granted", ticket_id, engine)`,
+`("position", ticket_id, place)`, `("state", ready, draining)`, `("report?", call_id)`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import ipc
+from wsserver.coordinator import Coordinator, WorkerReport
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False, slots=True)
+class SlotTicket:
+    """One segment's place in the slot queue (a WebSocket context's or a speech request's)."""
+
+    id: int
+    on_position: Callable[[int], None]  # told its place in the queue whenever it changes
+    granted: asyncio.Future[int] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class CoordinatorLink(abc.ABC):
+    """What a front end holds. `report` is the front end's own figures, asked for when someone wants the status."""
+
+    def __init__(self, report: Callable[[], WorkerReport]) -> None:
+        self.own_report = report
+        self.ready = False
+        self.draining = False
+        self._tickets: dict[int, SlotTicket] = {}
+        self._ids = itertools.count()
+
+    @abc.abstractmethod
+    async def take_seat(self) -> str | None:
+        """A seat for a session or speech request; else why not ("draining", "starting", "full")."""
+
+    @abc.abstractmethod
+    def free_seat(self) -> None: ...
+
+    def queue(self, on_position: Callable[[int], None], continuing: bool) -> SlotTicket:
+        """A ticket for an engine slot; its `granted` future gives the engine. Every ticket goes back with `release`."""
+        ticket = SlotTicket(next(self._ids), on_position)
+        self._tickets[ticket.id] = ticket
+        self._enqueue(ticket.id, continuing)
+        return ticket
+
+    def release(self, ticket: SlotTicket) -> None:
+        """Idempotent: the slot, or the place in the queue, goes back."""
+        if self._tickets.pop(ticket.id, None) is not None:
+            self._release(ticket.id)
+
+    @abc.abstractmethod
+    def _enqueue(self, ticket_id: int, continuing: bool) -> None: ...
+
+    @abc.abstractmethod
+    def _release(self, ticket_id: int) -> None: ...
+
+    @abc.abstractmethod
+    async def status(self) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    async def metrics(self) -> str: ...
+
+    # from the coordinator
+
+    def granted(self, ticket_id: int, engine: int) -> None:
+        ticket = self._tickets.get(ticket_id)
+        if ticket is not None and not ticket.granted.done():
+            ticket.granted.set_result(engine)
+
+    def position(self, ticket_id: int, place: int) -> None:
+        ticket = self._tickets.get(ticket_id)
+        if ticket is not None and not ticket.granted.done():
+            ticket.on_position(place)
+
+    def state(self, ready: bool, draining: bool) -> None:
+        self.ready, self.draining = ready, draining
+
+
+class LocalLink(CoordinatorLink):
+    """The coordinator in this process."""
+
+    def __init__(self, coordinator: Coordinator, report: Callable[[], WorkerReport]) -> None:
+        super().__init__(report)
+        self.coordinator = coordinator
+        coordinator.join(self)
+
+    async def take_seat(self) -> str | None:
+        return self.coordinator.take_seat(self)
+
+    def free_seat(self) -> None:
+        self.coordinator.free_seat(self)
+
+    def _enqueue(self, ticket_id: int, continuing: bool) -> None:
+        self.coordinator.enqueue(self, ticket_id, continuing)
+
+    def _release(self, ticket_id: int) -> None:
+        self.coordinator.release(self, ticket_id)
+
+    async def report(self) -> WorkerReport:
+        return self.own_report()
+
+    async def status(self) -> dict[str, Any]:
+        return await self.coordinator.status()
+
+    async def metrics(self) -> str:
+        return await self.coordinator.metrics()
+
+
+class RemoteLink(CoordinatorLink):
+    """The coordinator in the supervisor, over a Unix socket."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, report: Callable[[], WorkerReport]
+    ) -> None:
+        super().__init__(report)
+        self._reader, self._writer = reader, writer
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._call_ids = itertools.count()
+        self.lost = asyncio.get_running_loop().create_future()  # done when the coordinator is gone
+        self._task = asyncio.create_task(self._read())
+
+    @classmethod
+    async def connect(cls, path: str, report: Callable[[], WorkerReport]) -> RemoteLink:
+        reader, writer = await asyncio.open_unix_connection(path)
+        return cls(reader, writer, report)
+
+    async def close(self) -> None:
+        self._writer.close()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    def _send(self, *message: Any) -> None:
+        if not self._writer.is_closing():
+            ipc.write(self._writer, message)
+
+    async def _call(self, kind: str) -> Any:
+        if self.lost.done():
+            raise ConnectionError("the coordinator is gone")
+        call_id = next(self._call_ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._calls[call_id] = future
+        self._send(kind, call_id)
+        try:
+            return await future
+        finally:
+            self._calls.pop(call_id, None)
+
+    async def take_seat(self) -> str | None:
+        try:
+            return await self._call("seat")
+        except ConnectionError:
+            return "draining"
+
+    def free_seat(self) -> None:
+        self._send("free")
+
+    def _enqueue(self, ticket_id: int, continuing: bool) -> None:
+        self._send("queue", ticket_id, continuing)
+
+    def _release(self, ticket_id: int) -> None:
+        self._send("release", ticket_id)
+
+    async def status(self) -> dict[str, Any]:
+        return await self._call("status")
+
+    async def metrics(self) -> str:
+        return await self._call("metrics")
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                kind, *args = await ipc.read(self._reader)
+                if kind == "reply":
+                    call_id, result = args
+                    if (future := self._calls.get(call_id)) is not None and not future.done():
+                        future.set_result(result)
+                elif kind == "granted":
+                    self.granted(*args)
+                elif kind == "position":
+                    self.position(*args)
+                elif kind == "state":
+                    self.state(*args)
+                elif kind == "report?":
+                    self._send("report", args[0], self.own_report())
+        except (EOFError, OSError, ValueError) as exc:
+            logger.error("coordinator connection lost: %s", exc)
+        self.state(False, True)  # without the coordinator nothing new can start: the worker drains
+        for future in self._calls.values():
+            if not future.done():
+                future.set_exception(ConnectionError("the coordinator is gone"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+
+class _RemoteWorker:
+    """The coordinator's end of one worker's connection (a WorkerPort)."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self._reports: dict[int, asyncio.Future[WorkerReport]] = {}
+        self._ids = itertools.count()
+
+    def _send(self, *message: Any) -> None:
+        if not self.writer.is_closing():
+            ipc.write(self.writer, message)
+
+    def granted(self, ticket_id: int, engine: int) -> None:
+        self._send("granted", ticket_id, engine)
+
+    def position(self, ticket_id: int, place: int) -> None:
+        self._send("position", ticket_id, place)
+
+    def state(self, ready: bool, draining: bool) -> None:
+        self._send("state", ready, draining)
+
+    async def report(self) -> WorkerReport:
+        call_id = next(self._ids)
+        future: asyncio.Future[WorkerReport] = asyncio.get_running_loop().create_future()
+        self._reports[call_id] = future
+        self._send("report?", call_id)
+        try:
+            return await future
+        finally:
+            self._reports.pop(call_id, None)
+
+    def reported(self, call_id: int, report: WorkerReport) -> None:
+        if (future := self._reports.get(call_id)) is not None and not future.done():
+            future.set_result(report)
+
+    def gone(self) -> None:
+        for future in self._reports.values():
+            if not future.done():
+                future.set_exception(ConnectionError("the worker is gone"))
+
+
+async def serve_coordinator(coordinator: Coordinator, path: str) -> asyncio.AbstractServer:
+    """The supervisor's end: every worker's connection, dispatched to `coordinator`."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        worker = _RemoteWorker(writer)
+        coordinator.join(worker)
+        answering: set[asyncio.Task[None]] = set()
+
+        def answer(call_id: int, work: Awaitable[Any]) -> None:
+            async def reply() -> None:
+                worker._send("reply", call_id, await work)
+
+            task = asyncio.create_task(reply())
+            answering.add(task)
+            task.add_done_callback(answering.discard)
+
+        try:
+            while True:
+                kind, *args = await ipc.read(reader)
+                if kind == "seat":
+                    worker._send("reply", args[0], coordinator.take_seat(worker))
+                elif kind == "free":
+                    coordinator.free_seat(worker)
+                elif kind == "queue":
+                    coordinator.enqueue(worker, *args)
+                elif kind == "release":
+                    coordinator.release(worker, *args)
+                elif kind == "status":
+                    answer(args[0], coordinator.status())
+                elif kind == "metrics":
+                    answer(args[0], coordinator.metrics())
+                elif kind == "report":
+                    worker.reported(*args)
+        except (EOFError, OSError, ValueError):
+            pass
+        finally:
+            worker.gone()
+            coordinator.leave(worker)
+            writer.close()
+
+    return await asyncio.start_unix_server(serve, path)
