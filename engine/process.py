@@ -5,7 +5,8 @@ The process's main thread runs the step loop (engine.engine_loop). Each connecte
 threads: one reads its commands (tokenizing requests there, off the step loop) and one writes the step's items to it,
 so a worker that is slow to read delays only its own audio, never a step. A worker that goes away (its socket
 closes) loses its requests at the next step boundary. The supervisor starts this process with `run` as the target
-and stops it by closing `control` (or with SIGTERM): open requests then fail with EngineError("engine closed").
+(with OMP_WAIT_POLICY=PASSIVE: wsserver.supervisor says why) and stops it by closing `control` (or with SIGTERM):
+open requests then fail with EngineError("engine closed").
 
 Messages (tuples, engine.ipc): from a worker `("add", request)`, `("abort", id)`, `("pause", id)`, `("resume", id)`,
 `("encode", call_id, wav, padding)`, `("check", call_id, request)`; to it `("hello", info, stats)` once, then
@@ -111,20 +112,36 @@ class _WorkerChannel:
         self.sock.close()
 
 
-def run(config: EngineConfig, path: str, control: Connection) -> None:
+def run(config: EngineConfig, path: str, control: Connection, gpu: str | None = None) -> None:
     """The engine process (a multiprocessing spawn target): load, warm up, serve `path` until `control` closes.
 
-    Tells the supervisor over `control`: ("ready", info) once serving, or ("failed", message).
+    `gpu`: the one GPU this process uses (set before CUDA starts, so the engine's "cuda" is that GPU). Tells the
+    supervisor over `control`: ("ready", info) once serving, or ("failed", message).
     """
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     tag = f"engine[{os.getpid()}]"
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag} %(name)s: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop (a ^C reaches the whole group)
+    loaded = threading.Event()
+    engines: list[EngineLoop] = []
+
+    def watch_control() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            control.recv()  # nothing is ever sent: this returns when the supervisor closes its end or dies
+        if not loaded.is_set():
+            os._exit(0)  # still loading the model, which cannot be interrupted: nobody waits for it any more
+        engines[0].stop()
+
+    threading.Thread(target=watch_control, name="engine-control", daemon=True).start()
     try:
         engine = EngineLoop(EngineCore(config))
     except Exception as exc:
         logger.exception("engine failed to load")
         control.send(("failed", f"cannot load the model: {exc!r}"))
         return
+    engines.append(engine)
+    loaded.set()
     signal.signal(signal.SIGTERM, lambda *_: engine.stop())
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -148,16 +165,11 @@ def run(config: EngineConfig, path: str, control: Connection) -> None:
             for channel in list(channels):
                 channel.send(("stats", engine.stats()))
 
-    def watch_control() -> None:
-        with contextlib.suppress(EOFError, OSError):
-            control.recv()  # nothing is ever sent: this returns when the supervisor closes its end or dies
-        engine.stop()
-
     def on_ready(error: BaseException | None) -> None:
         if error is not None:
             control.send(("failed", str(error)))
             return
-        for target in (accept, report, watch_control):
+        for target in (accept, report):
             threading.Thread(target=target, name=f"engine-{target.__name__}", daemon=True).start()
         control.send(("ready", engine.core.info))
 

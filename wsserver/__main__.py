@@ -1,4 +1,8 @@
-"""`python -m wsserver`: serve ttsws/1 until SIGTERM or SIGINT, then drain."""
+"""`python -m wsserver`: serve ttsws/1 and the HTTP API until SIGTERM or SIGINT, then drain.
+
+With worker processes (the default: `--workers` from the cores) the supervisor runs engine processes and workers
+(wsserver.supervisor); `--workers 0` serves from this one process, the engine on a thread beside the event loop.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,18 @@ import signal
 
 import uvloop
 
-from engine import AsyncEngine, EngineConfig
+from engine import EngineConfig
 from wsserver.config import ServerConfig, parse_args, resolve_model
 from wsserver.server import TTSServer
+from wsserver.supervisor import supervise
 from wsserver.voices import open_voices
 
 logger = logging.getLogger("wsserver")
 
 
-async def main(config: ServerConfig) -> None:
+async def serve_in_process(config: ServerConfig) -> None:
+    from engine import AsyncEngine  # torch and the model code: only where the engine runs
+
     server = TTSServer(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -26,9 +33,10 @@ async def main(config: ServerConfig) -> None:
     # Listen first, so probes see /health 200 and /ready 503 while the model loads.
     await server.listen()
     logger.info("listening on %s:%d", config.bind_host, config.port)
+    [device] = config.engine_devices()  # one process serves one engine
     engine_config = EngineConfig(
         model=await asyncio.to_thread(resolve_model, config),
-        device=config.device,
+        device=device.device if device.gpu is None else f"cuda:{device.gpu}",
         max_num_seqs=config.max_num_seqs,
         max_patches=config.max_patches,
         coalesce_ms=config.coalesce_ms,
@@ -51,4 +59,10 @@ async def main(config: ServerConfig) -> None:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per probe and per connection is noise
-    uvloop.run(main(parse_args()))
+    config = parse_args()
+    if config.worker_count() == 0:
+        if len(config.engine_devices()) > 1:
+            raise SystemExit("--workers 0 serves one engine: give one device, or worker processes")
+        uvloop.run(serve_in_process(config))
+    else:
+        uvloop.run(supervise(config))

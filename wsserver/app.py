@@ -38,6 +38,8 @@ def make_app(server: TTSServer) -> Starlette:
     started = int(time.time())
 
     async def health(_: Request) -> Response:
+        if not server.alive:  # every engine failed: only a restart helps
+            return json_response(503, {"status": "engine failed"})
         return json_response(200, {"status": "ok"})
 
     async def ready(_: Request) -> Response:

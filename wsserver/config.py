@@ -25,9 +25,16 @@ DEFAULT_VOICES_STORE = DATA_HOME / "voxstream" / "voices"
 
 
 @dataclass(frozen=True, slots=True)
+class EngineDevice:
+    device: str  # EngineConfig.device: "auto", "cpu" or "cuda"
+    gpu: str | None = None  # the one GPU its process sees (CUDA_VISIBLE_DEVICES), if named
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
     model: str | None = None  # checkpoint directory or Hugging Face repo id; None: the offline tiny demo checkpoint
-    device: str = "auto"
+    devices: str = "auto"  # one engine per entry (engine_devices)
+    workers: int | None = None  # front-end processes; None: from the cores; 0: one process, the engine on a thread
     host: str | None = None  # None: 127.0.0.1 without an API key, all interfaces with one
     port: int = 8000
     api_key: str | None = None
@@ -46,6 +53,30 @@ class ServerConfig:
     drain_timeout_s: float = 30.0  # SIGTERM: how long open contexts may take to finish
     limits: Limits = field(default_factory=Limits)
 
+    def engine_devices(self) -> list[EngineDevice]:
+        """`devices` as engines: "auto", "cpu", "cuda" or "cuda:N" is one engine; a comma list is one engine per entry,
+        a bare N meaning GPU N ("0,1": two engines, one per GPU; "cpu,cpu": two CPU engines, for tests)."""
+        entries = [entry.strip() for entry in self.devices.split(",") if entry.strip()]
+        if not entries:
+            raise ValueError("--devices lists no device")
+        out = []
+        for entry in entries:
+            gpu = entry.removeprefix("cuda:") if entry.startswith("cuda:") else entry if entry.isdigit() else None
+            if gpu is not None and not gpu.isdigit():
+                raise ValueError(f"bad device {entry!r}: auto, cpu, cuda, cuda:N or N")
+            if gpu is None and entry not in ("auto", "cpu", "cuda"):
+                raise ValueError(f"bad device {entry!r}: auto, cpu, cuda, cuda:N or N")
+            out.append(EngineDevice("cuda" if gpu is not None else entry, gpu))
+        return out
+
+    def worker_count(self) -> int:
+        """Front-end processes: as configured, else one per core left over by the engines and the supervisor (at least
+        one, at most 16)."""
+        if self.workers is not None:
+            return self.workers
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, min(16, cores - len(self.engine_devices()) - 1))
+
     @property
     def bind_host(self) -> str:
         # Without an API key anyone who can reach the port can use the GPU: stay on loopback unless told otherwise.
@@ -57,13 +88,15 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     defaults, limits, uploads = ServerConfig(), Limits(), UploadLimits()
     parser = argparse.ArgumentParser(prog="python -m wsserver", description="ttsws/1 streaming TTS server")
 
-    def option(name: str, kind: Callable[[str], object], default: object, help_text: str) -> None:
+    def option(name: str, kind: Callable[[str], object], default: object, help_text: str, *aliases: str) -> None:
         variable = "TTSWS_" + name.upper().replace("-", "_")
         value = env.get(variable, default)
-        parser.add_argument(f"--{name}", type=kind, default=value, help=f"{help_text} (env {variable})")
+        parser.add_argument(f"--{name}", *aliases, type=kind, default=value, help=f"{help_text} (env {variable})")
 
     option("model", str, defaults.model, "checkpoint directory or Hugging Face repo id; none: the tiny demo")
-    option("device", str, defaults.device, "auto, cpu, cuda, cuda:N")
+    devices_help = "one engine per entry: auto, cpu, cuda, cuda:N, or N,M,... (GPUs)"
+    option("devices", str, defaults.devices, devices_help, "--device")
+    option("workers", int, defaults.workers, "front-end processes (default: from the cores; 0: one process)")
     option("host", str, defaults.host, "bind address; default 127.0.0.1 without --api-key, 0.0.0.0 with")
     option("port", int, defaults.port, "port")
     option("api-key", str, defaults.api_key, "require 'Authorization: Bearer KEY' or ?token=KEY")
@@ -88,9 +121,10 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("max-messages-per-s", float, limits.max_messages_per_s, "client messages per second per session")
     option("send-buffer-bytes", int, limits.send_buffer_bytes, "queued output per session before its audio pauses")
     args = parser.parse_args(argv)
-    return ServerConfig(
+    config = ServerConfig(
         model=args.model,
-        device=args.device,
+        devices=args.devices,
+        workers=args.workers,
         host=args.host,
         port=args.port,
         api_key=args.api_key,
@@ -116,6 +150,11 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
             send_buffer_bytes=args.send_buffer_bytes,
         ),
     )
+    try:
+        config.engine_devices()
+    except ValueError as exc:
+        parser.error(str(exc))
+    return config
 
 
 def _aliases(text: str) -> dict[str, str]:

@@ -57,11 +57,14 @@ class Coordinator:
         self.max_sessions = max_sessions
         self.engines = list(engines)
         self.slots_per_engine = list(slots)
-        self.queue: SlotQueue[tuple[WorkerPort, int]] = SlotQueue(slots)
+        # An engine still starting (or failed) takes no segment until it is healthy.
+        self._healthy = [engine.stats().healthy for engine in self.engines]
+        self.queue: SlotQueue[tuple[WorkerPort, int]] = SlotQueue(
+            [n if healthy else 0 for n, healthy in zip(slots, self._healthy, strict=True)]
+        )
         self.seats: dict[WorkerPort, int] = {}
         self.draining = False
         self._positions: dict[tuple[WorkerPort, int], int] = {}
-        self._healthy = [True] * len(self.engines)
         self._watch: asyncio.Task[None] | None = None
 
     @property
@@ -155,7 +158,10 @@ class Coordinator:
             return
         for index, (was, now) in enumerate(zip(self._healthy, healthy, strict=True)):
             if was != now:
-                logger.error("engine %d %s", index, "serves again" if now else "failed: it takes no more segments")
+                if now:
+                    logger.info("engine %d serves", index)
+                else:
+                    logger.error("engine %d failed: it takes no more segments", index)
                 self._grant(self.queue.set_capacity(index, self.slots_per_engine[index] if now else 0))
         self._healthy = healthy
         self._announce()

@@ -102,7 +102,12 @@ class TTSServer:
 
     @property
     def ready(self) -> bool:
-        return self.link is not None and self.link.ready and not self.draining
+        return bool(self.engines) and self.link is not None and self.link.ready and not self.draining
+
+    @property
+    def alive(self) -> bool:
+        """False once every engine has failed: this server can never serve again (the liveness probe's answer)."""
+        return not self.engines or any(engine.stats().healthy for engine in self.engines)
 
     def attach(self, engines: list[EngineHandle], voices: VoiceStore, link: CoordinatorLink | None = None) -> None:
         """The engines are warm: start accepting sessions. Without a link the server coordinates itself (one process:
@@ -141,8 +146,10 @@ class TTSServer:
         server's state, room under `max_connections` (server-wide)."""
         if (refusal := self.authorize(authorization, query)) is not None:
             return refusal
-        if self.link is None or self.draining:
-            return over_capacity("starting" if self.link is None else "draining")
+        if self.draining:
+            return over_capacity("draining")
+        if self.link is None or not self.engines:
+            return over_capacity("starting")
         reason = await self.link.take_seat()
         if reason is None:
             return None

@@ -26,6 +26,8 @@ TIMEOUT = 60
 
 @contextmanager
 def engine_process(checkpoint: Path, **overrides: Any) -> Iterator[tuple[multiprocessing.Process, str]]:
+    """An engine process as the supervisor starts one (OpenMP threads waiting passively: wsserver.supervisor)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # inherited by the spawned child
     context = multiprocessing.get_context("spawn")
     directory = tempfile.mkdtemp(prefix="engine-test-")
     path = os.path.join(directory, "engine.sock")
