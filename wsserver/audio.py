@@ -104,6 +104,8 @@ class Resampler:
 
     def _emit(self, stop: int) -> np.ndarray:
         n = np.arange(self._next, max(stop, self._next))
+        if not n.size:  # a chunk too small to complete an output: the buffer may be shorter than one window
+            return np.zeros(0, np.float32)
         t = n * self.down + self.half
         first = t // self.up - self._origin - (self.taps - 1)  # buffer index of the oldest input each output reads
         windows = sliding_window_view(self._buffer, self.taps)  # windows[i] = _buffer[i : i + taps], no copy

@@ -68,3 +68,11 @@ def test_opus_frames_decode_and_the_header_announces_the_stream() -> None:
     decoder = opuslib.Decoder(16000, 1)
     assert len(frames) == 8 and [h.pts for h, _ in frames] == [i * 960 for i in range(8)]  # 48 kHz clock
     assert all(len(decoder.decode(payload, 320)) == 640 for _, payload in frames)
+
+
+def test_resampler_takes_a_chunk_too_small_to_complete_an_output() -> None:
+    """Found by the fuzzer: decimating, a chunk that completes no output sample (empty, or a few samples) met a buffer
+    shorter than one filter window, and numpy's sliding_window_view raised."""
+    resampler = Resampler(48000, 8000)
+    out = [resampler.process(np.zeros(n, np.float32)) for n in (1920, 3840, 3463, 1191, 233, 0, 1, 2)]
+    assert [o.size for o in out[-3:]] == [0, 0, 0]
