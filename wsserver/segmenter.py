@@ -109,7 +109,9 @@ class Segmenter:
         wait = self.settings.max_wait_ms / 1000
         if not self._emitted:
             assert self._first_at is not None
-            return self._first_at + wait
+            # Time releases a first segment only up to a whole word: until one has arrived, only text can. (A
+            # deadline kept in the past would have the caller's timer fire again and again.)
+            return None if _last_word_end(self._buffer) is None else self._first_at + wait
         if _SENTENCE_AT_END.search(self._buffer):
             assert self._last_at is not None
             return self._last_at + wait
@@ -182,6 +184,7 @@ def _best_cut(text: str, limit: int) -> int:
 
 
 def _last_word_end(text: str) -> int | None:
-    """Offset after the last whole word (words end at whitespace; every CJK character is a word)."""
-    ends = _boundaries(text, _WORD) + [m.end() for m in _CJK.finditer(text)]
+    """Offset after the last whole word (words end at whitespace; every CJK character is a word). Whitespace at the
+    start ends no word: cutting there would make a blank segment, and the first-segment rules would be spent on it."""
+    ends = [m.end() for m in _WORD.finditer(text) if m.start() > 0] + [m.end() for m in _CJK.finditer(text)]
     return max(ends, default=None)

@@ -64,3 +64,25 @@ def test_manual_mode_only_on_flush_and_cjk() -> None:
     assert seg.next_segment(0.0).text == "你好，世界。今天天气很好。"
     auto = Segmenter(BufferingSettings(first_min_chars=3))
     assert feed(auto, "你好，世界。今天") == ["你好，", "世界。"]  # CJK punctuation needs no space after it
+
+
+def test_a_first_word_still_growing_sets_no_deadline() -> None:
+    """Found by the fuzzer: "Hello" with no space after it kept its max_wait_ms deadline once that passed, though
+    only more text can release it, so the server's timer fired again and again (a busy event loop) until more text
+    came."""
+    seg = Segmenter(BufferingSettings(max_wait_ms=300))
+    seg.push("Hello", 0.0)
+    assert seg.deadline() is None and seg.next_segment(10.0) is None
+    seg.push(" wor", 10.0)
+    assert seg.deadline() == 0.3  # counted from the first character: the whole word goes out when asked
+    assert [s.text for s in iter(lambda: seg.next_segment(10.0), None)] == ["Hello "]
+
+
+def test_leading_whitespace_ends_no_word() -> None:
+    """A first segment cut at leading whitespace was blank: skipped, it spent the first-segment rules, and the rest of
+    the text waited for a sentence end instead of the first clause."""
+    seg = Segmenter(BufferingSettings(max_wait_ms=300, first_min_chars=10))
+    seg.push(" Hello", 0.0)
+    assert seg.deadline() is None and seg.next_segment(1.0) is None
+    seg.push(", how are you today", 1.0)
+    assert seg.next_segment(1.0).text == " Hello, how are you "
