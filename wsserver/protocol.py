@@ -361,7 +361,9 @@ class _RateLimit:
 @dataclass(slots=True)
 class _Counters:
     bad_messages: int = 0
-    last_message_at: float = 0.0
+    # Since when the session has been idle as far as its client is concerned: its last message, or the end of its
+    # last segment (a client that sent a long text at once and listens is not idle while that text is spoken).
+    idle_since: float = 0.0
     next_handle: int = 0
     ended: set[str] = field(default_factory=set)  # ctx ids that may not be reused
 
@@ -378,7 +380,7 @@ class Session:
         self._closing: CloseConnection | None = None  # the close asked of the adapter
         self.draining = False
         self._rate = _RateLimit(config.limits.max_messages_per_s, 2 * config.limits.max_messages_per_s, now)
-        self._counters = _Counters(last_message_at=now)
+        self._counters = _Counters(idle_since=now)
         self._handles: set[int] = set()
         limits = config.limits.advertised()
         self.send(
@@ -400,6 +402,11 @@ class Session:
         """False while the client lags: the adapter stops pulling engine audio, so the engine pauses the request."""
         return self.outbox.writable
 
+    @property
+    def _busy(self) -> bool:
+        """A segment is queued or generating: audio is in the making, so the session is not idle."""
+        return any(context.running is not None for context in self.contexts.values())
+
     def next_outgoing(self, now: float) -> tuple[bytes, bool] | None:
         """The next frame to send and whether it is a text frame; None when nothing is queued. Call it only once the
         socket has taken the previous frame: until then that frame counts as waiting for the stall rule."""
@@ -416,14 +423,14 @@ class Session:
         stall = self.outbox.stall_deadline(limits.stall_timeout_s)
         if self.closed:
             return stall  # a close waiting for its output still obeys the stall rule
-        deadlines = [self._counters.last_message_at + limits.idle_timeout_s]
+        deadlines = [] if self._busy else [self._counters.idle_since + limits.idle_timeout_s]
         if stall is not None:
             deadlines.append(stall)
         for context in self.contexts.values():
             deadline = context.segmenter.deadline() if context.running is None else None
             if deadline is not None:
                 deadlines.append(deadline)
-        return min(deadlines)
+        return min(deadlines, default=None)
 
     def send(self, message: m.ServerMessage, now: float) -> None:
         self.outbox.put(_Item(m.serialize(message), text=True), now)
@@ -436,7 +443,7 @@ class Session:
     def receive(self, data: str | bytes, now: float) -> None:
         if self.closed:
             return
-        self._counters.last_message_at = now
+        self._counters.idle_since = now
         size = len(data) if isinstance(data, bytes) else len(data.encode())
         if size > self.config.limits.max_message_bytes:
             limit = self.config.limits.max_message_bytes
@@ -598,10 +605,12 @@ class Session:
 
     def segment_finished(self, ctx: str, now: float) -> None:
         if (context := self._running(ctx)) is not None:
+            self._counters.idle_since = now
             context.segment_finished(now)
 
     def segment_failed(self, ctx: str, message: str, now: float) -> None:
         if (context := self._running(ctx)) is not None:
+            self._counters.idle_since = now
             context.fail(message, now)
 
     def context_closed(self, context: Context) -> None:
@@ -622,8 +631,7 @@ class Session:
             return
         if self.closed:
             return
-        busy = any(context.running is not None for context in self.contexts.values())
-        if not busy and now >= self._counters.last_message_at + limits.idle_timeout_s:
+        if not self._busy and now >= self._counters.idle_since + limits.idle_timeout_s:
             self._fatal(
                 ErrorCode.IDLE_TIMEOUT, f"no message for idle_timeout_s={limits.idle_timeout_s}", CloseCode.STALLED, now
             )

@@ -235,7 +235,10 @@ def test_idle_timeout_and_first_segment_timer() -> None:
     session.segment_admitted("a", 0.5)
     session.segment_finished("a", 0.6)
     drain(session)
-    session.tick(10.0)
+    assert session.next_deadline() == 10.6  # idle since its segment ended, not since its last message
+    session.tick(10.5)
+    assert drain(session) == []
+    session.tick(10.6)
     out = drain(session)
     assert messages(out, "context.cancelled") and messages(out, "error")[-1]["code"] == "idle_timeout"
     assert session.actions()[-1].code == CloseCode.STALLED
@@ -264,3 +267,26 @@ def test_opus_context_sends_its_codec_header_before_audio() -> None:
     out = drain(session)
     assert out[0]["type"] == "context.created" and out[0]["output"]["bitrate"] == 32000
     assert out[1].kind == 2 and out[1].seq == 0
+
+
+def test_no_deadline_stays_due_after_a_tick() -> None:
+    """Found by the fuzzer: two deadlines that a tick could not act on stayed in the past, so the adapter's timer
+    fired again at once, over and over (the event loop busy for every other session): a first word still growing,
+    and the idle timeout of a session whose audio is still in the making."""
+    session = make_session(idle_timeout_s=10)
+    send(session, type="context.create", ctx="a", text="Hello")
+    drain(session)
+    session.tick(0.3)  # max_wait_ms passed, but "Hello" may still grow: only text can release it
+    assert session.actions() == [] and session.next_deadline() == 10.0  # the idle timeout only
+    send(session, 1.0, type="text.append", ctx="b", text="A long text sent at once and then only listened to. ")
+    send(session, 1.0, type="context.end", ctx="b")
+    [run] = session.actions()
+    session.segment_admitted("b", 1.0)
+    drain(session, 1.0)
+    session.tick(11.0)  # idle_timeout_s since the last message, but audio is in the making
+    assert session.actions() == [] and session.next_deadline() is None
+    session.segment_audio("b", PATCH, 30.0)
+    session.segment_finished("b", 40.0)
+    drain(session, 40.0)
+    assert session.next_deadline() == 50.0  # idle from the end of its last segment
+    assert run.ctx == "b" and not session.closed
