@@ -194,7 +194,12 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
     if not isinstance(kind, str):
         raise _bad("'type' must be a string")
     if kind == "ping":
-        return Ping(t=obj.get("t"))
+        t = obj.get("t")
+        try:  # the pong echoes it: parsing takes nesting that serializing refuses (1024 levels against 254)
+            orjson.dumps({"t": t})  # as deep as in the pong
+        except orjson.JSONEncodeError:
+            raise _bad("'t' is nested too deeply to echo") from None
+        return Ping(t=t)
     if kind == "session.update":
         return SessionUpdate(defaults=_settings_patch(_field(obj, "defaults", dict, required=True)))
     parse = _CTX_MESSAGES.get(kind)

@@ -98,3 +98,15 @@ def test_serialize_leaves_out_absent_optional_fields() -> None:
         "ctx": "a",
         "last_seq": -1,
     }
+
+
+def test_a_ping_nested_too_deeply_to_echo_is_refused() -> None:
+    """Found by the fuzzer: orjson parses 1024 levels of nesting but serializes 254, so the pong raised TypeError out
+    of the session (the connection died with 1011 instead of an error message)."""
+
+    def ping(depth: int) -> str:
+        return '{"type": "ping", "t": ' + "[" * depth + "]" * depth + "}"
+
+    assert code_of(ping(300)) == (ErrorCode.BAD_MESSAGE, None)
+    assert code_of(ping(254)) == (ErrorCode.BAD_MESSAGE, None)  # the limit is the pong's: `t` is one level down in it
+    m.serialize(m.Pong(m.parse_client_message(ping(253)).t))

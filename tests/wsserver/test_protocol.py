@@ -290,3 +290,13 @@ def test_no_deadline_stays_due_after_a_tick() -> None:
     drain(session, 40.0)
     assert session.next_deadline() == 50.0  # idle from the end of its last segment
     assert run.ctx == "b" and not session.closed
+
+
+def test_a_ping_nested_too_deeply_to_echo_gets_an_error_and_the_session_lives_on() -> None:
+    session = make_session()
+    drain(session)
+    session.receive('{"type": "ping", "t": ' + "[" * 300 + "]" * 300 + "}", 0.0)  # raised TypeError out of receive
+    [error] = drain(session)
+    assert (error["code"], error["fatal"]) == ("bad_message", False)
+    send(session, type="ping", t=1)
+    assert drain(session) == [{"type": "pong", "t": 1}]
