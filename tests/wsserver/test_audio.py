@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import opuslib
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from wsserver.audio import HEADER, AudioOut, FrameHeader, Resampler, mulaw_encode
 from wsserver.messages import OutputSettings
@@ -76,3 +80,58 @@ def test_resampler_takes_a_chunk_too_small_to_complete_an_output() -> None:
     resampler = Resampler(48000, 8000)
     out = [resampler.process(np.zeros(n, np.float32)) for n in (1920, 3840, 3463, 1191, 233, 0, 1, 2)]
     assert [o.size for o in out[-3:]] == [0, 0, 0]
+
+
+# -- properties (hypothesis) ---------------------------------------------------------------------------------------
+
+RATE_PAIRS = ((48000, 8000), (48000, 16000), (16000, 48000), (44100, 48000), (24000, 24000), (16000, 12000))
+
+
+@given(rates=st.sampled_from(RATE_PAIRS), sizes=st.lists(st.integers(0, 3000), max_size=10))
+def test_resampling_in_chunks_of_any_size_equals_resampling_the_whole(rates: tuple[int, int], sizes: list[int]) -> None:
+    src, dst = rates
+    x = np.random.default_rng(len(sizes)).uniform(-1, 1, sum(sizes)).astype(np.float32)
+    whole = Resampler(src, dst)
+    expected = np.concatenate([whole.process(x), whole.flush()])
+    chunked, edges = Resampler(src, dst), np.cumsum([0, *sizes])
+    got = np.concatenate([*(chunked.process(x[a:b]) for a, b in itertools.pairwise(edges)), chunked.flush()])
+    assert got.size == expected.size == round(x.size * dst / src)
+    np.testing.assert_array_equal(got, expected)
+
+
+OUTPUTS = (
+    OutputSettings("pcm_s16le", 48000),
+    OutputSettings("pcm_f32le", 16000, frame_ms=40),
+    OutputSettings("mulaw", 8000, frame_ms=10),
+    OutputSettings("opus", 48000),
+    OutputSettings("opus", 12000, frame_ms=60, bitrate=6000),
+    OutputSettings("pcm_s16le", 24000, frame_ms=1000),
+)
+
+
+@given(
+    output=st.sampled_from(OUTPUTS),
+    native=st.sampled_from((16000, 24000, 48000)),
+    segments=st.lists(st.lists(st.integers(0, 6000), max_size=5), min_size=1, max_size=4),
+)
+def test_framing_any_chunks_gives_whole_frames_in_order_with_exact_flags(
+    output: OutputSettings, native: int, segments: list[list[int]]
+) -> None:
+    out = AudioOut(output, native, handle=7)
+    frame_samples = output.sample_rate * output.frame_ms // 1000
+    frames: list[tuple[FrameHeader, bytes]] = []
+    for index, sizes in enumerate(segments):
+        chunks = [np.random.default_rng(n).uniform(-1, 1, n).astype(np.float32) for n in sizes]
+        got = frames_of(out, chunks, index, last=index == len(segments) - 1)
+        produced = round(sum(sizes) * output.sample_rate / native)
+        assert len(got) == -(-produced // frame_samples)  # the segment's audio, padded to whole frames
+        if got:
+            assert [h.flags for h, _ in got] == [0] * (len(got) - 1) + [1 | 2 * (index == len(segments) - 1)]
+            assert {h.segment for h, _ in got} == {index}
+        frames += got
+    headers = [h for h, _ in frames]
+    assert [h.seq for h in headers] == list(range(len(frames)))
+    step = frame_samples * (48000 // output.sample_rate if output.format == "opus" else 1)
+    assert [h.pts for h in headers] == [i * step for i in range(len(frames))]
+    width = {"pcm_s16le": 2, "pcm_f32le": 4, "mulaw": 1}.get(output.format)
+    assert all(len(p) == frame_samples * width if width else p for _, p in frames)

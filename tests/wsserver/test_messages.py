@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from tests.wsserver.strategies import VOICES, frames, settings_fields
 from wsserver import messages as m
 from wsserver.errors import ErrorCode, ProtocolError
 
@@ -110,3 +115,29 @@ def test_a_ping_nested_too_deeply_to_echo_is_refused() -> None:
     assert code_of(ping(300)) == (ErrorCode.BAD_MESSAGE, None)
     assert code_of(ping(254)) == (ErrorCode.BAD_MESSAGE, None)  # the limit is the pong's: `t` is one level down in it
     m.serialize(m.Pong(m.parse_client_message(ping(253)).t))
+
+
+# -- properties (hypothesis) ---------------------------------------------------------------------------------------
+
+
+@given(data=frames() | st.binary(max_size=64) | st.text(max_size=64))
+def test_parsing_anything_fails_only_with_a_protocol_error(data: str | bytes) -> None:
+    try:
+        message = m.parse_client_message(data)
+    except ProtocolError as exc:
+        assert exc.code in (ErrorCode.BAD_JSON, ErrorCode.BAD_MESSAGE, ErrorCode.UNKNOWN_TYPE)
+        return
+    if isinstance(message, m.Ping):
+        m.serialize(m.Pong(message.t))  # whatever a ping carries can be echoed
+
+
+@given(patch=settings_fields)
+def test_merging_any_settings_fails_only_with_a_protocol_error_or_gives_whole_valid_settings(patch: dict) -> None:
+    try:
+        parsed = m.parse_client_message(json.dumps({"type": "session.update", "defaults": patch}))  # big ints too
+        assert isinstance(parsed, m.SessionUpdate)
+        merged = m.Settings().merged(parsed.defaults, VOICES, 24000)
+    except ProtocolError as exc:
+        assert exc.code in (ErrorCode.BAD_JSON, ErrorCode.BAD_MESSAGE, ErrorCode.BAD_FORMAT, ErrorCode.BAD_VOICE)
+        return
+    orjson.dumps(merged.effective(24000))  # a merged patch is whole and valid: it resolves and serializes

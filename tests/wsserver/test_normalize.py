@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from tests.wsserver.strategies import texts
 from wsserver.normalize import normalize, number_words, ordinal_words, year_words
 
 
@@ -38,3 +41,9 @@ def test_number_words() -> None:
     )
     assert year_words(1900) == "nineteen hundred" and year_words(2024) == "twenty twenty four"
     assert year_words(1905) == "nineteen oh five"
+
+
+@given(text=texts | st.text())
+def test_normalizing_any_text_gives_clean_text(text: str) -> None:
+    spoken = normalize(text)
+    assert spoken == spoken.strip() and "  " not in spoken

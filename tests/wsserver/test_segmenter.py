@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.wsserver.strategies import texts
 from wsserver.messages import BufferingSettings
 from wsserver.segmenter import Segmenter
 
@@ -86,3 +90,44 @@ def test_leading_whitespace_ends_no_word() -> None:
     assert seg.deadline() is None and seg.next_segment(1.0) is None
     seg.push(", how are you today", 1.0)
     assert seg.next_segment(1.0).text == " Hello, how are you "
+
+
+# -- properties (hypothesis) ---------------------------------------------------------------------------------------
+
+buffering_settings = st.builds(
+    BufferingSettings,
+    mode=st.sampled_from(("auto", "manual")),
+    first_min_chars=st.integers(1, 60),
+    max_wait_ms=st.sampled_from((0, 1, 300, 2000)),
+    max_segment_chars=st.integers(20, 120),
+)
+
+
+@given(
+    settings=buffering_settings,
+    arrivals=st.lists(st.tuples(texts, st.sampled_from((0.0, 0.001, 0.1, 0.3, 1.0, 5.0)), st.booleans()), max_size=20),
+)
+def test_segments_keep_every_character_in_order_within_the_limit_and_no_deadline_stays_due(
+    settings: BufferingSettings, arrivals: list[tuple[str, float, bool]]
+) -> None:
+    seg, now, segments = Segmenter(settings), 0.0, []
+
+    def pull() -> None:
+        while (segment := seg.next_segment(now)) is not None:
+            segments.append(segment)
+
+    for text, pause, flush in arrivals:
+        now += pause
+        seg.push(text, now)
+        if flush:
+            seg.flush()
+        pull()
+        # A deadline is when asking again may give a segment; one that has passed would have given it just now.
+        deadline = seg.deadline()
+        assert deadline is None or deadline > now
+    seg.flush()
+    pull()
+    assert not seg.pending and seg.deadline() is None
+    assert "".join(s.text for s in segments) == "".join(text for text, _, _ in arrivals)
+    assert all(0 < len(s.text) <= settings.max_segment_chars for s in segments)
+    assert [s.start for s in segments] == [0, *(s.end for s in segments)][: len(segments)]
