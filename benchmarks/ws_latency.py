@@ -47,8 +47,8 @@ import orjson
 import uvloop
 from websockets.asyncio.client import ClientConnection, connect
 
-from wsserver.audio import HEADER, KIND_AUDIO
 from wsserver.config import ServerConfig
+from wsserver.frames import HEADER, KIND_AUDIO
 
 TEXT = (
     "Thanks for calling, I can help you with that right away. Your appointment is now booked for Tuesday "

@@ -9,42 +9,24 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from dataclasses import dataclass
 
 import numpy as np
 import opuslib
 from numpy.lib.stride_tricks import sliding_window_view
 
+from wsserver.frames import (
+    FLAG_CONTEXT_END,
+    FLAG_SEGMENT_END,
+    HEADER,
+    KIND_AUDIO,
+    KIND_CODEC,
+    OPUS_CLOCK,
+    VERSION,
+    FrameHeader,
+)
 from wsserver.messages import OutputSettings
 
-HEADER = struct.Struct("<BBHIQHH")  # version, kind, handle, seq, pts, segment, flags: 20 bytes, little-endian
-VERSION = 1
-KIND_AUDIO = 1
-KIND_CODEC = 2  # codec header (OpusHead); no audio, no seq of its own
-FLAG_SEGMENT_END = 1
-FLAG_CONTEXT_END = 2
-OPUS_CLOCK = 48000  # Opus timestamps count 48 kHz samples whatever the coded rate (RFC 7845)
-
-Frame = tuple[int, bytes]  # (seq, the whole binary frame)
-
-
-@dataclass(frozen=True, slots=True)
-class FrameHeader:
-    kind: int
-    handle: int
-    seq: int
-    pts: int
-    segment: int
-    flags: int
-    version: int = VERSION
-
-    def pack(self) -> bytes:
-        return HEADER.pack(self.version, self.kind, self.handle, self.seq, self.pts, self.segment, self.flags)
-
-    @classmethod
-    def unpack(cls, frame: bytes) -> tuple[FrameHeader, bytes]:
-        version, kind, handle, seq, pts, segment, flags = HEADER.unpack_from(frame)
-        return cls(kind, handle, seq, pts, segment, flags, version), frame[HEADER.size :]
+Frame = tuple[int, bytes]  # (seq, the whole binary frame), as a context hands it to its session
 
 
 @functools.cache

@@ -15,7 +15,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from wsserver.audio import FrameHeader
+from wsserver.frames import FrameHeader
 
 
 @dataclass

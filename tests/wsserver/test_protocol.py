@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from wsserver.audio import FrameHeader
 from wsserver.errors import CloseCode
+from wsserver.frames import FrameHeader
 from wsserver.metrics import ServerMetrics
 from wsserver.protocol import AbortSegment, CloseConnection, Limits, RunSegment, Session, SessionConfig
 from wsserver.voices import VoiceStore
