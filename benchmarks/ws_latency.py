@@ -45,17 +45,15 @@ from typing import Any
 
 import orjson
 import uvloop
-from websockets.asyncio.client import ClientConnection, connect
 
+from wsserver.client import Audio, Cancelled, Client, Done, Refused
 from wsserver.config import ServerConfig
-from wsserver.frames import HEADER, KIND_AUDIO
 
 TEXT = (
     "Thanks for calling, I can help you with that right away. Your appointment is now booked for Tuesday "
     "afternoon, and you will get a reminder the day before. Is there anything else I can do for you today?"
 )
 FRAME_MS = 20
-BYTES_PER_SAMPLE = 2  # pcm_s16le
 START_TIMEOUT_S = 900  # loading a full-size model and capturing its CUDA graphs takes minutes
 # The server listens with asyncio's default backlog (100): more simultaneous handshakes get their SYNs dropped and
 # retried a second later, so open the sessions a bounded number at a time.
@@ -99,46 +97,41 @@ def playback(arrivals: list[tuple[float, int]], sample_rate: int) -> tuple[float
     return worst, starved
 
 
-async def open_session(url: str, handshakes: asyncio.Semaphore) -> tuple[ClientConnection, dict[str, Any]]:
+async def open_session(url: str, handshakes: asyncio.Semaphore) -> Client:
+    client = Client(url, open_timeout_s=60)
     async with handshakes:
-        ws = await connect(url, open_timeout=60)
-    return ws, orjson.loads(await ws.recv())
+        await client.connect()
+    return client
 
 
-async def speak(
-    ws: ClientConnection, hello: dict[str, Any], seed: int, text: str, word_gap_s: float, rate: int | None
-) -> SessionResult:
+async def speak(client: Client, seed: int, text: str, word_gap_s: float, rate: int | None) -> SessionResult:
     """One context on an open session: stream `text` word by word, end it, and time every audio frame."""
-    sample_rate = rate or hello["model"]["sample_rate"]
+    sample_rate = rate or client.hello["model"]["sample_rate"]
     # PCM (at the model's own rate unless --sample-rate says otherwise): a frame's payload length is its duration.
     output = {"format": "pcm_s16le", "sample_rate": sample_rate, "frame_ms": FRAME_MS}
-    create = {"type": "context.create", "ctx": "b", "output": output, "generation": {"seed": seed}}
-    await ws.send(orjson.dumps(create).decode())
+    ctx = await client.context("b", output=output, generation={"seed": seed})
     first, *rest = (word + " " for word in text.split())
 
     async def feed() -> None:
         for word in rest:
             await asyncio.sleep(word_gap_s)
-            await ws.send(orjson.dumps({"type": "text.append", "ctx": "b", "text": word}).decode())
-        await ws.send(orjson.dumps({"type": "context.end", "ctx": "b"}).decode())
+            await ctx.append(word)
+        await ctx.end()
 
     started = time.perf_counter()
-    await ws.send(orjson.dumps({"type": "text.append", "ctx": "b", "text": first}).decode())
+    await ctx.append(first)
     feeder = asyncio.create_task(feed())
-    arrivals: list[tuple[float, int]] = []  # audio frames with samples (the end marker may have none)
+    arrivals: list[tuple[float, int]] = []  # audio frames with samples
     try:
-        async for message in ws:
-            now = time.perf_counter()
-            if isinstance(message, bytes):
-                samples = (len(message) - HEADER.size) // BYTES_PER_SAMPLE
-                if HEADER.unpack_from(message)[1] == KIND_AUDIO and samples:
-                    arrivals.append((now, samples))
-            elif (event := orjson.loads(message))["type"] == "context.done":
+        async for event in ctx:
+            if isinstance(event, Audio):
+                arrivals.append((time.perf_counter(), event.samples))
+            elif isinstance(event, Done):
                 await feeder
                 worst_gap, starved = playback(arrivals, sample_rate)
                 audio_s = sum(samples for _, samples in arrivals) / sample_rate
-                return SessionResult(arrivals[0][0] - started, worst_gap, starved, audio_s, event["metrics"])
-            elif event["type"] == "error":
+                return SessionResult(arrivals[0][0] - started, worst_gap, starved, audio_s, event.metrics)
+            elif isinstance(event, Refused | Cancelled):
                 raise RuntimeError(event)
     finally:
         feeder.cancel()
@@ -162,11 +155,13 @@ async def run_level(url: str, sessions: int, text: str, word_gap_s: float, rate:
             if isinstance(item, BaseException):
                 raise item
         started, cpu = time.perf_counter(), time.process_time()
-        speaking = (speak(ws, hello, i, text, word_gap_s, rate) for i, (ws, hello) in enumerate(opened))
+        speaking = (speak(client, i, text, word_gap_s, rate) for i, client in enumerate(opened))
         results = await asyncio.gather(*speaking)
-        return Level(results, time.perf_counter() - started, time.process_time() - cpu, opened[0][1]["model"]["name"])
+        return Level(
+            results, time.perf_counter() - started, time.process_time() - cpu, opened[0].hello["model"]["name"]
+        )
     finally:
-        await asyncio.gather(*(item[0].close() for item in opened if not isinstance(item, BaseException)))
+        await asyncio.gather(*(item.close() for item in opened if not isinstance(item, BaseException)))
 
 
 def get_json(url: str) -> tuple[int, Any]:

@@ -46,9 +46,8 @@ async def running_server(
     from wsserver.voices import open_voices
 
     overrides.setdefault("max_patches", 6)
-    config = ServerConfig(
-        model="in-process", port=0, voices_store=voices_store, limits=Limits(**(limits or {})), **overrides
-    )
+    overrides.setdefault("port", 0)
+    config = ServerConfig(model="in-process", voices_store=voices_store, limits=Limits(**(limits or {})), **overrides)
     server = TTSServer(config)
     server.attach([engine], await open_voices(engine, config))
     port = (await server.listen()).getsockname()[1]
