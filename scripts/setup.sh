@@ -2,7 +2,8 @@
 # Installs everything the project needs on a fresh Debian/Ubuntu machine, idempotently:
 # system libraries (libopus; Chromium for the browser tests), a virtual environment with the CPU build of
 # torch (GPU hosts: create the venv with a CUDA torch first, this script keeps it), the project itself,
-# and with --test the test tools plus the reference `voxcpm` package that the parity tests compare against.
+# and with --test the test tools, the Pipecat and LiveKit Agents extras and the reference `voxcpm` package that the
+# parity tests compare against.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +28,8 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 "$venv/bin/python" -c "import torch" 2>/dev/null || "${pip[@]}" torch==2.13.0
 
 if [ "$with_test" = 1 ]; then
-  "${pip[@]}" -e ".[test,hub]"
+  # The adapters' extras too: their tests drive the real Pipecat and LiveKit Agents.
+  "${pip[@]}" -e ".[test,hub,pipecat,livekit]"
   # The reference implementation, for parity tests only. Its declared dependencies (gradio, funasr,
   # torchaudio, ...) are for its demo and training code; the model code needs what [test] installs.
   "${pip[@]}" --no-deps voxcpm==2.0.3

@@ -1,0 +1,94 @@
+"""The Pipecat service in a real Pipecat pipeline (pipecat-ai from PyPI, its own test runner) against a real server on
+the tiny checkpoint: an LLM turn streamed token by token, a spoken utterance, and a barge-in."""
+
+from __future__ import annotations
+
+from pipecat.frames.frames import (
+    InterruptionFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    TTSAudioRawFrame,
+    TTSSpeakFrame,
+    TTSStartedFrame,
+    TTSStoppedFrame,
+    TTSTextFrame,
+)
+from pipecat.tests.utils import SleepFrame, run_test
+
+from tests.e2e.client import http_get
+from tests.servers import ServeFactory
+from wsserver.integrations.pipecat import VoxstreamTTSService
+
+REPLY = "Sure, I can help with that. Your order ships on Monday. Anything else? "
+
+
+def tokens(text: str) -> list[LLMTextFrame]:
+    words = text.split(" ")
+    return [LLMTextFrame(word + " ") for word in words[:-1] if word]
+
+
+async def test_an_llm_turn_is_one_context_with_audio_and_segment_timed_text(serve: ServeFactory) -> None:
+    async with serve(max_patches=3) as running:
+        tts = VoxstreamTTSService(url=running.ws_url, sample_rate=16000)
+        sent = [LLMFullResponseStartFrame(), *tokens(REPLY), LLMFullResponseEndFrame()]
+        down, up = await run_test(tts, frames_to_send=sent)
+        _, _, metrics = await http_get(running.http_url + "/metrics")
+    assert not [f for f in up if "Error" in type(f).__name__]
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    texts = [f for f in down if isinstance(f, TTSTextFrame)]
+    assert audio and {f.sample_rate for f in audio} == {16000} and {f.num_channels for f in audio} == {1}
+    assert len({f.context_id for f in audio}) == 1  # one turn, one context
+    assert " ".join(f.text for f in texts).split() == REPLY.split()  # every word, from the segments' captions
+    kinds = [type(f) for f in down]
+    assert kinds.index(TTSStartedFrame) < kinds.index(TTSAudioRawFrame) < kinds.index(TTSStoppedFrame)
+    # The text frames are timed by their segment's audio: each segment here is 3 patches of 160 ms.
+    assert [f.pts for f in texts] == sorted(f.pts for f in texts)
+    assert len({f.pts for f in texts}) >= 2 and all((f.pts - texts[0].pts) % 480_000_000 == 0 for f in texts)
+    assert b'ttsws_contexts_total{outcome="done"} 1' in metrics
+
+
+async def test_a_spoken_utterance_and_then_a_turn_share_the_session(serve: ServeFactory) -> None:
+    async with serve(max_patches=2) as running:
+        tts = VoxstreamTTSService(url=running.ws_url, sample_rate=24000, voice="default")
+        sent = [
+            TTSSpeakFrame("Hello there. "),
+            SleepFrame(1.0),
+            LLMFullResponseStartFrame(),
+            *tokens("How are you today? "),
+            LLMFullResponseEndFrame(),
+        ]
+        down, _ = await run_test(tts, frames_to_send=sent)
+        _, _, status = await http_get(running.http_url + "/metrics")
+    contexts = {f.context_id for f in down if isinstance(f, TTSAudioRawFrame)}
+    assert len(contexts) == 2
+    assert b'ttsws_contexts_total{outcome="done"} 2' in status
+
+
+async def test_an_interruption_cancels_the_context_on_the_server(serve: ServeFactory) -> None:
+    async with serve(max_patches=60) as running:
+        tts = VoxstreamTTSService(url=running.ws_url, sample_rate=24000)
+        sent = [
+            LLMFullResponseStartFrame(),
+            *tokens(REPLY * 3),
+            LLMFullResponseEndFrame(),
+            SleepFrame(1.5),  # some audio has come
+            InterruptionFrame(),
+            SleepFrame(0.5),
+        ]
+        down, _ = await run_test(tts, frames_to_send=sent)
+        _, _, metrics = await http_get(running.http_url + "/metrics")
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    assert audio
+    # 60 patches a segment would be 9.6 s of audio per segment: the cancel stopped it long before
+    assert sum(len(f.audio) for f in audio) / 2 / 24000 < 9.6
+    assert b'ttsws_contexts_total{outcome="cancelled"} 1' in metrics
+    # and the serve fixture checks on the way out that the engine let go of the request
+
+
+async def test_a_server_that_refuses_the_voice_is_an_error_frame(serve: ServeFactory) -> None:
+    async with serve(max_patches=2) as running:
+        tts = VoxstreamTTSService(url=running.ws_url, sample_rate=24000, voice="nobody")
+        _, up = await run_test(tts, frames_to_send=[TTSSpeakFrame("Hello. "), SleepFrame(0.5)])
+    errors = [f for f in up if "Error" in type(f).__name__]
+    assert errors and "bad_voice" in errors[0].error
