@@ -14,6 +14,8 @@ venv=${VENV:-.venv}
 apt_pkgs=()
 ldconfig -p 2>/dev/null | grep -q 'libopus\.so\.0' || apt_pkgs+=(libopus0)
 if [ "$with_test" = 1 ] && ! command -v chromium >/dev/null; then apt_pkgs+=(chromium); fi
+# node runs the validators of the Helm chart's custom resources (tests/deploy)
+if [ "$with_test" = 1 ] && ! command -v npm >/dev/null; then apt_pkgs+=(nodejs npm); fi
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo=sudo
@@ -33,6 +35,12 @@ if [ "$with_test" = 1 ]; then
   # The reference implementation, for parity tests only. Its declared dependencies (gradio, funasr,
   # torchaudio, ...) are for its demo and training code; the model code needs what [test] installs.
   "${pip[@]}" --no-deps voxcpm==2.0.3
+  # The Gateway API and Prometheus Operator CRD schemas, as the npm packages of @kubernetes-models carry them, for
+  # validating the chart offline; pinned by tests/deploy/package-lock.json.
+  deploy_tests=tests/deploy
+  if [ ! "$deploy_tests/node_modules/.package-lock.json" -nt "$deploy_tests/package-lock.json" ]; then
+    npm ci --prefix "$deploy_tests" --no-audit --no-fund --silent
+  fi
 else
   "${pip[@]}" -e ".[hub]"
 fi
