@@ -138,3 +138,17 @@ def test_the_resources_point_at_each_other() -> None:
         == resources["PersistentVolumeClaim"]["metadata"]["name"]
     )
     assert "replicas" not in deployment["spec"]  # the HPA owns it
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"autoscaling": {"enabeld": True}},  # a typo is refused, not ignored
+        {"httpRoute": {"enabled": True}},  # a route without a gateway to attach to
+        {"httpRoute": {"requestTimeout": "never"}},
+        {"server": {"maxNumSeqs": 0}},
+    ],
+)
+def test_the_values_schema_refuses_mistakes(values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmError):
+        render(values)
