@@ -105,7 +105,7 @@ def test_the_environment_is_the_servers_own_flags() -> None:
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert all(name.startswith("TTSWS_") for name in env)
     config = parse_args([], env=env)  # every variable is read by the server, with the value the chart meant
-    assert (config.model, config.device, config.bind_host, config.port) == ("/models/VoxCPM2", "cuda", "0.0.0.0", 8000)
+    assert (config.model, config.devices, config.bind_host, config.port) == ("/models/VoxCPM2", "cuda", "0.0.0.0", 8000)
     assert (config.max_connections, config.max_num_seqs, config.drain_timeout_s) == (256, 64, 30.0)
     assert (str(config.voices_store), config.max_patches) == ("/data/voices", 9)
     assert {"name": "TTSWS_API_KEY", "valueFrom": {"secretKeyRef": {"name": "voxstream-key", "key": "api-key"}}} in (
