@@ -32,9 +32,11 @@ class EngineClient(EngineHandle):
         writer: asyncio.StreamWriter,
         info: ModelInfo,
         stats: EngineStats,
+        pid: int,
         max_buffered: int,
     ) -> None:
         self.info, self.max_buffered = info, max_buffered
+        self.pid = pid  # the engine process's
         self._reader, self._writer = reader, writer
         self._stats = stats
         self._streams: dict[str, RequestStream] = {}
@@ -48,11 +50,11 @@ class EngineClient(EngineHandle):
         """Connect to the engine process listening at `path` (EngineError if it cannot be reached)."""
         try:
             reader, writer = await asyncio.open_unix_connection(path, limit=1 << 20)
-            kind, info, stats = await ipc.read(reader)
+            kind, info, stats, pid = await ipc.read(reader)
         except (OSError, EOFError) as exc:
             raise EngineError(f"cannot reach the engine at {path}: {exc}") from exc
         assert kind == "hello"
-        return cls(reader, writer, info, stats, max_buffered)
+        return cls(reader, writer, info, stats, pid, max_buffered)
 
     async def close(self) -> None:
         """Disconnect: the engine drops this worker's requests; open streams here fail."""

@@ -9,7 +9,7 @@ closes) loses its requests at the next step boundary. The supervisor starts this
 open requests then fail with EngineError("engine closed").
 
 Messages (tuples, engine.ipc): from a worker `("add", request)`, `("abort", id)`, `("pause", id)`, `("resume", id)`,
-`("encode", call_id, wav, padding)`, `("check", call_id, request)`; to it `("hello", info, stats)` once, then
+`("encode", call_id, wav, padding)`, `("check", call_id, request)`; to it `("hello", info, stats, pid)` once, then
 `("items", [(id, chunk | error | None)...], stats)` per step, `("reply", call_id, result | error)` and
 `("stats", stats)` while idle.
 """
@@ -155,7 +155,7 @@ def run(config: EngineConfig, path: str, control: Connection, gpu: str | None = 
             except OSError:
                 return
             channel = _WorkerChannel(sock, engine)
-            channel.send(("hello", engine.core.info, engine.stats()))
+            channel.send(("hello", engine.core.info, engine.stats(), os.getpid()))
             channels.append(channel)
 
     def report() -> None:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 if TYPE_CHECKING:  # the GPU machine runs the engine tests without the server's packages (websockets, opuslib)
     from engine import AsyncEngine
@@ -56,3 +61,56 @@ async def running_server(
     finally:
         await server.close()
         await wait_idle(engine)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    """`python -m wsserver` running as deployed (a supervisor, its engine and worker processes)."""
+
+    process: asyncio.subprocess.Process
+    http: str
+    ws: str
+
+    async def status(self) -> dict:
+        from tests.e2e.client import http_get
+
+        return orjson.loads((await http_get(self.http + "/status"))[2])
+
+
+@contextlib.asynccontextmanager
+async def server_process(checkpoint: Path, *args: str) -> AsyncIterator[ServerProcess]:
+    """`python -m wsserver` on the CPU on a free port, once it answers /ready 200; stopped on the way out if still
+    running (SIGTERM, then SIGKILL: a supervisor killed outright leaves its children to notice and exit alone)."""
+    from tests.e2e.client import http_get
+
+    port = free_port()
+    command = ["--model", str(checkpoint), "--device", "cpu", "--port", str(port), *args]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "wsserver", *command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    running = ServerProcess(process, f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/v1/tts/ws")
+    try:
+        for _ in range(600):
+            await asyncio.sleep(0.1)
+            with contextlib.suppress(OSError):
+                if (await http_get(running.http + "/ready"))[0] == 200:
+                    break
+        yield running
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                async with asyncio.timeout(30):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()

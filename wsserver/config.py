@@ -6,7 +6,9 @@ Every flag `--some-flag` can also be set with the environment variable `TTSWS_SO
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,13 +76,23 @@ class ServerConfig:
         one, at most 16)."""
         if self.workers is not None:
             return self.workers
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return max(1, min(16, cores - len(self.engine_devices()) - 1))
+        return max(1, min(16, available_cores() - len(self.engine_devices()) - 1))
 
     @property
     def bind_host(self) -> str:
         # Without an API key anyone who can reach the port can use the GPU: stay on loopback unless told otherwise.
         return self.host or ("0.0.0.0" if self.api_key else "127.0.0.1")
+
+
+def available_cores() -> int:
+    """The cores this process may use: its CPU affinity, and its cgroup's CPU quota (a container's CPU limit), which
+    affinity does not show."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    with contextlib.suppress(OSError, ValueError):
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    return cores
 
 
 def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> ServerConfig:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ WATCH_EVERY_S = 0.25  # how often the engines' health is looked at
 class WorkerReport:
     """What one front end has now, for the whole server's status and metrics."""
 
+    pid: int = 0
     connections: int = 0
     contexts_active: int = 0
     contexts_paused: int = 0
@@ -193,6 +195,9 @@ class Coordinator:
             "ready": self.ready,
             "draining": self.draining,
             "workers": len(reports),
+            "worker_processes": [
+                {"pid": r.pid, "connections": r.connections, "speech_requests": r.speech_requests} for r in reports
+            ],
             "connections": {"active": sum(r.connections for r in reports), "max": self.max_sessions},
             "speech_requests": sum(r.speech_requests for r in reports),
             "contexts": {
@@ -202,7 +207,10 @@ class Coordinator:
                 "paused": sum(r.contexts_paused for r in reports),
             },
             "engine": _engine_totals(stats, slots),
-            "engines": [_engine_figures(s, capacity) for s, capacity in zip(stats, self.queue.capacity, strict=True)],
+            "engines": [
+                _engine_figures(engine, capacity)
+                for engine, capacity in zip(self.engines, self.queue.capacity, strict=True)
+            ],
             "utilisation_pct": round(100.0 * holders / slots, 1) if slots else 100.0,
             "can_accept": self.ready and self.sessions < self.max_sessions,
         }
@@ -228,8 +236,11 @@ class Coordinator:
         return metrics.render(gauges)
 
 
-def _engine_figures(stats: EngineStats, slots: int) -> dict[str, Any]:
+def _engine_figures(engine: EngineView, slots: int) -> dict[str, Any]:
+    stats = engine.stats()
     return {
+        "pid": getattr(engine, "pid", os.getpid()),  # an engine process's, or this process's engine thread's
+        "steps": stats.steps,
         "running": stats.running,
         "waiting": stats.waiting,
         "paused": stats.paused,

@@ -31,6 +31,7 @@ import contextlib
 import functools
 import hmac
 import logging
+import os
 import socket
 import time
 import uuid
@@ -58,6 +59,7 @@ from wsserver.websocket import Upgrades
 
 logger = logging.getLogger(__name__)
 
+ATTACH_WAIT_S = 10.0  # how long a worker still connecting to the engines holds a new session
 ABORT_CLOSE_S = 1.0  # a forced close (the client read nothing for stall_timeout_s) tries the handshake this long
 
 
@@ -91,6 +93,7 @@ class TTSServer:
         self.speeches: set[asyncio.Task[None]] = set()  # speech requests generating (wsserver.speech)
         self.draining = False  # this front end drains (SIGTERM)
         self._coordinator: Coordinator | None = None  # a single-process server's own
+        self._attached = asyncio.Event()  # the engines are connected (attach)
         self._upgrades: Upgrades | None = None  # made in listen(): websockets wants a running loop
         self._uvicorn: _Uvicorn | None = None
         self._serving: asyncio.Task[None] | None = None
@@ -113,6 +116,7 @@ class TTSServer:
         """The engines are warm: start accepting sessions. Without a link the server coordinates itself (one process:
         seats and slots are its own)."""
         self.engines, self.voices = engines, voices
+        self._attached.set()
         if link is None:
             slots = [min(self.config.max_num_seqs, engine.stats().max_num_seqs) for engine in engines]
             self._coordinator = Coordinator(self.config.max_connections, engines, slots)
@@ -123,6 +127,7 @@ class TTSServer:
     def report(self) -> WorkerReport:
         """This front end's figures, for the whole server's status."""
         return WorkerReport(
+            pid=os.getpid(),
             connections=len(self.connections),
             contexts_active=sum(len(c.session.contexts) for c in self.connections),
             contexts_paused=sum(c.paused for c in self.connections),
@@ -148,6 +153,12 @@ class TTSServer:
             return refusal
         if self.draining:
             return over_capacity("draining")
+        if self.link is not None and self.link.ready and not self.engines:
+            # The engines serve, but this worker is still connecting to them (another worker got there first, or this
+            # one was just restarted): hold the request that long rather than refuse it.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ATTACH_WAIT_S):
+                    await self._attached.wait()
         if self.link is None or not self.engines:
             return over_capacity("starting")
         reason = await self.link.take_seat()

@@ -60,6 +60,8 @@ def _engine_main(config: EngineConfig, path: str, control: Connection, gpu: str 
 class _Starting:
     """An engine still loading, as the coordinator sees it: it takes nothing yet."""
 
+    pid = None  # not known until it serves
+
     def __init__(self, slots: int) -> None:
         self._stats = EngineStats(0, 0, 0, slots, 0, 0, 0, 0.0, 0.0, healthy=False)
 

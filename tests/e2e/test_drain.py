@@ -7,62 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import signal
-import socket
-import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
-import orjson
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.e2e.client import Client, Frame, http_get
+from tests.servers import server_process
 
-REPO = Path(__file__).resolve().parents[2]
 SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank. "
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class ServerProcess:
-    process: asyncio.subprocess.Process
-    http: str
-    ws: str
-
-    async def status(self) -> dict:
-        return orjson.loads((await http_get(self.http + "/status"))[2])
-
-
-@contextlib.asynccontextmanager
-async def server_process(checkpoint: Path, *args: str) -> AsyncIterator[ServerProcess]:
-    """`python -m wsserver` on the CPU on a free port, once it answers /ready 200; killed on the way out if alive."""
-    port = free_port()
-    command = ["--model", str(checkpoint), "--device", "cpu", "--port", str(port), *args]
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "wsserver", *command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
-    running = ServerProcess(process, f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/v1/tts/ws")
-    try:
-        for _ in range(600):
-            await asyncio.sleep(0.1)
-            with contextlib.suppress(OSError):
-                if (await http_get(running.http + "/ready"))[0] == 200:
-                    break
-        yield running
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 async def test_sigterm_drains(tiny_checkpoint: Callable[..., Path]) -> None:

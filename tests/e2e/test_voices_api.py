@@ -18,8 +18,7 @@ import numpy as np
 import soundfile as sf
 
 from tests.e2e.client import Client
-from tests.e2e.test_drain import REPO, free_port
-from tests.servers import ServeFactory, running_server
+from tests.servers import REPO, ServeFactory, free_port, running_server
 from wsserver.decoding import UploadLimits
 
 

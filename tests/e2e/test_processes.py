@@ -1,0 +1,210 @@
+"""The server as deployed: a supervisor, engine processes and worker processes (`python -m wsserver`).
+
+Sessions spread over the workers (the kernel hands each accepted connection to one of them) and their segments over
+the engines (the coordinator grants each to the engine with the most free slots); the guarantees hold across
+processes, and a process that dies takes only its own work with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from tests.e2e.client import Client, http_get
+from tests.servers import ServerProcess, server_process
+
+TEXT = "The quick brown fox jumps over the lazy dog. "
+
+
+async def speak(server: ServerProcess, ctx: str = "c", text: str = TEXT) -> dict:
+    client = await Client.connect(server.ws)
+    try:
+        await client.send("context.create", ctx=ctx, text=text)
+        await client.send("context.end", ctx=ctx)
+        return await client.until_ended(ctx, timeout=120)
+    finally:
+        await client.close()
+
+
+async def until(condition: Callable[[], object], timeout: float = 60) -> None:
+    async with asyncio.timeout(timeout):
+        while not await condition():  # type: ignore[misc]
+            await asyncio.sleep(0.1)
+
+
+async def sessions_on_both_workers(server: ServerProcess, count: int) -> list[Client]:
+    """Open sessions until each of the two workers holds at least one (the kernel chooses, not us)."""
+    clients = []
+    while True:
+        clients.append(await Client.connect(server.ws))
+        workers = (await server.status())["worker_processes"]
+        if len(clients) >= count and all(w["connections"] > 0 for w in workers):
+            return clients
+
+
+async def test_segments_spread_over_two_engines(tiny_checkpoint: Callable[..., Path]) -> None:
+    args = ("--workers", "2", "--devices", "cpu,cpu", "--max-patches", "6")
+    async with server_process(tiny_checkpoint("voxcpm2", stop=False), *args) as server:
+        status = await server.status()
+        assert status["workers"] == 2 and len(status["engines"]) == 2
+        pids = {engine["pid"] for engine in status["engines"]}
+        assert len(pids) == 2 and status["engine"]["slots"] == 2 * status["engines"][0]["slots"]
+        steps = [engine["steps"] for engine in status["engines"]]
+        done = await asyncio.gather(*(speak(server, f"c{i}") for i in range(8)))
+        assert all(d["type"] == "context.done" for d in done)
+        status = await server.status()
+        assert all(engine["steps"] > before for engine, before in zip(status["engines"], steps, strict=True))
+        assert status["contexts"] == {"active": 0, "generating": 0, "queued": 0, "paused": 0}
+        metrics = (await http_get(server.http + "/metrics"))[2].decode()
+        assert 'ttsws_contexts_total{outcome="done"} 8' in metrics and "ttsws_engines_healthy 2.0" in metrics
+
+
+async def test_a_worker_killed_under_load_takes_only_its_sessions(tiny_checkpoint: Callable[..., Path]) -> None:
+    async with server_process(
+        tiny_checkpoint("voxcpm2", stop=False), "--workers", "2", "--max-patches", "40"
+    ) as server:
+        clients = await sessions_on_both_workers(server, 4)
+        victim = (await server.status())["worker_processes"][0]
+        for client in clients:
+            await client.send("context.create", ctx="c", text=TEXT * 3)
+            await client.send("context.end", ctx="c")
+        for client in clients:
+            await client.until_message("segment.started", "c")
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        async def outcome(client: Client) -> str:
+            try:
+                return (await client.until_ended("c", timeout=120))["type"]
+            except ConnectionClosed:
+                return "lost"
+
+        outcomes = await asyncio.gather(*(outcome(client) for client in clients))
+        assert outcomes.count("lost") == victim["connections"]
+        assert outcomes.count("context.done") == len(clients) - victim["connections"]
+
+        async def restarted() -> bool:
+            status = await server.status()
+            pids = {w["pid"] for w in status["worker_processes"]}
+            return len(pids) == 2 and victim["pid"] not in pids
+
+        await until(restarted)
+        for client in clients:
+            with contextlib.suppress(ConnectionClosed):
+                await client.close()
+        status = await server.status()  # the dead worker's seats and slots came back
+        assert status["connections"]["active"] == 0 and status["contexts"]["generating"] == 0
+        assert status["can_accept"] and (await speak(server))["type"] == "context.done"
+
+
+async def test_an_engine_killed_under_load_fails_every_context_clearly(tiny_checkpoint: Callable[..., Path]) -> None:
+    args = ("--workers", "2", "--max-patches", "400")
+    async with server_process(tiny_checkpoint("voxcpm2", stop=False), *args) as server:
+        clients = await sessions_on_both_workers(server, 3)
+        for client in clients:
+            await client.send("context.create", ctx="c", text=TEXT)
+            await client.send("context.end", ctx="c")
+        for client in clients:
+            await client.until_message("segment.started", "c")
+        [engine] = (await server.status())["engines"]
+        os.kill(engine["pid"], signal.SIGKILL)
+        for client in clients:
+            ended = await client.until_ended("c", timeout=60)
+            assert ended["type"] == "error" and ended["code"] == "internal" and "engine" in ended["message"]
+
+        async def unready() -> bool:
+            return (await http_get(server.http + "/ready"))[0] == 503
+
+        await until(unready, timeout=10)
+        assert (await http_get(server.http + "/health"))[0] == 503  # nothing left to serve with: restart me
+        for client in clients:
+            await client.close()
+
+
+async def test_a_client_that_never_reads_is_cut_off_while_the_others_stream(
+    tiny_checkpoint: Callable[..., Path],
+) -> None:
+    args = ("--workers", "2", "--max-patches", "60", "--stall-timeout-s", "2", "--send-buffer-bytes", "16384")
+    async with server_process(tiny_checkpoint("voxcpm2", stop=False), *args) as server:
+        # websockets' client stops reading its socket once max_queue messages wait unread: a client that never reads.
+        stuck = await Client.connect(server.ws, max_queue=1)
+        await stuck.send("context.create", ctx="s", text=TEXT * 4, output={"sample_rate": 48000})
+        await stuck.send("context.end", ctx="s")
+        done = await asyncio.gather(*(speak(server, f"c{i}", TEXT * 2) for i in range(4)))
+        assert all(d["type"] == "context.done" for d in done)
+
+        async def cut_off() -> bool:
+            return (await server.status())["connections"]["active"] == 0
+
+        await until(cut_off, timeout=30)
+        with pytest.raises(ConnectionClosed):
+            while True:
+                await stuck.ws.recv()
+        status = await server.status()
+        assert status["contexts"]["generating"] == 0 and status["engine"]["paused"] == 0
+
+
+async def test_connect_and_disconnect_cycles_leak_nothing(tiny_checkpoint: Callable[..., Path]) -> None:
+    """1,000 sessions over both workers: opened and closed, half with a context cancelled or dropped mid-stream."""
+    async with server_process(
+        tiny_checkpoint("voxcpm2", stop=False), "--workers", "2", "--max-patches", "20"
+    ) as server:
+        before = await server.status()
+        tree = _tree(server.process.pid)
+        fds = {pid: _fds(pid) for pid in tree}
+
+        async def cycle(i: int) -> None:
+            client = await Client.connect(server.ws)
+            if i % 2:
+                await client.send("context.create", ctx="c", text=TEXT)
+                if i % 4 == 1:
+                    await client.send("context.cancel", ctx="c")
+                    await client.until_ended("c")
+                else:
+                    await client.until_message("context.created", "c")
+                    client.ws.transport.abort()  # gone without a close
+                    return
+            await client.close()
+
+        for start in range(0, 1000, 50):
+            await asyncio.gather(*(cycle(i) for i in range(start, start + 50)))
+
+        async def settled() -> bool:
+            status = await server.status()
+            return status["connections"]["active"] == 0 and status["contexts"]["generating"] == 0
+
+        await until(settled)
+        after = await server.status()
+        assert after["contexts"] == {"active": 0, "generating": 0, "queued": 0, "paused": 0}
+        assert after["engine"]["running"] == after["engine"]["paused"] == after["engine"]["waiting"] == 0
+        assert after["engine"]["kv_blocks_free"] == before["engine"]["kv_blocks_free"]
+        assert _tree(server.process.pid) == tree  # no process died, none was added
+        for pid, count in fds.items():
+            assert _fds(pid) <= count + 2, f"process {pid} holds {_fds(pid) - count} more file descriptors"
+        assert not [name for name in os.listdir("/dev/shm") if "voxstream" in name]
+
+
+def _tree(root: int) -> set[int]:
+    """A process and all its descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
