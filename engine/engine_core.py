@@ -89,7 +89,7 @@ class EngineCore:
             result = self.runner.run(batch)
             self.scheduler.postprocess(result.seqs, result.stops)
         except Exception as exc:
-            self._fail()
+            self.fail()
             raise EngineError(f"engine step failed: {exc!r}") from exc
         # Callers keep latents for a while (continuation prompts): a copy, so that they do not pin the step's
         # whole host buffer (pinned memory on CUDA). Samples stay views: they are consumed right away.
@@ -101,7 +101,8 @@ class EngineCore:
         self._record(len(batch), time.perf_counter() - start)
         return chunks
 
-    def _fail(self) -> None:
+    def fail(self) -> None:
+        """The engine can no longer serve: unhealthy from now on, every request dropped (KV blocks and slot freed)."""
         self.healthy = False
         for request_id in list(self.scheduler.requests):
             self.scheduler.abort(request_id)

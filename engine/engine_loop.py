@@ -16,7 +16,6 @@ engine process (engine.process). It owns the EngineCore; everything else reaches
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -231,8 +230,10 @@ class EngineLoop:
         with self._cond:
             self._dead = True
             commands, self._commands = self._commands, []
-        # Unhealthy before anyone hears of the failure, so that a failed request sees a consistent stats().
-        self._stats = dataclasses.replace(self.core.stats(), healthy=False)
+        # Unhealthy, its requests dropped, before anyone hears of the failure, so that a failed request sees a
+        # consistent stats(): a loop that died between steps would otherwise leave them running in the core forever.
+        self.core.fail()
+        self._stats = self.core.stats()
         endings: list[tuple[Channel, str, Item]] = []
         for command in commands:
             if isinstance(command, Add):

@@ -43,7 +43,7 @@ def make_app(server: TTSServer) -> Starlette:
         return json_response(200, {"status": "ok"})
 
     async def ready(_: Request) -> Response:
-        state = "draining" if server.draining else "ready" if server.ready else "starting"
+        state = server.state
         return json_response(200 if state == "ready" else 503, {"status": state})
 
     async def status(_: Request) -> Response:

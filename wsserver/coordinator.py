@@ -45,6 +45,10 @@ class WorkerPort(Protocol):
 
     def position(self, ticket_id: int, position: int) -> None: ...
 
+    def refused(self, ticket_id: int) -> None:
+        """No engine serves: the ticket will never be granted (its segment fails)."""
+        ...
+
     def state(self, ready: bool, draining: bool) -> None: ...
 
     async def report(self) -> WorkerReport: ...
@@ -61,6 +65,7 @@ class Coordinator:
         self.slots_per_engine = list(slots)
         # An engine still starting (or failed) takes no segment until it is healthy.
         self._healthy = [engine.stats().healthy for engine in self.engines]
+        self._served = list(self._healthy)  # per engine: it has been healthy (an engine never healthy is starting)
         self.queue: SlotQueue[tuple[WorkerPort, int]] = SlotQueue(
             [n if healthy else 0 for n, healthy in zip(slots, self._healthy, strict=True)]
         )
@@ -72,6 +77,11 @@ class Coordinator:
     @property
     def ready(self) -> bool:
         return not self.draining and any(self._healthy)
+
+    @property
+    def failed(self) -> bool:
+        """Every engine served and has failed since: nothing queued would ever be served."""
+        return all(self._served) and not any(self._healthy)
 
     @property
     def sessions(self) -> int:
@@ -91,9 +101,11 @@ class Coordinator:
         self._announce()
 
     def take_seat(self, worker: WorkerPort) -> str | None:
-        """A seat for a new session or speech request; else why not ("draining", "starting" or "full")."""
+        """A seat for a new session or speech request; else why not ("draining", "unavailable", "starting", "full")."""
         if self.draining:
             return "draining"
+        if self.failed:
+            return "unavailable"
         if not self.ready:
             return "starting"
         if self.sessions >= self.max_sessions:
@@ -106,7 +118,12 @@ class Coordinator:
             self.seats[worker] -= 1
 
     def enqueue(self, worker: WorkerPort, ticket_id: int, continuing: bool) -> None:
-        """A segment wants an engine slot: granted now (`worker.granted`) or queued (`worker.position`)."""
+        """A segment wants an engine slot: granted now (`worker.granted`), queued (`worker.position`), or refused when
+        no engine serves (`worker.refused`): a queue nobody will ever serve would hold its segment until its client
+        gave up."""
+        if self.failed:
+            worker.refused(ticket_id)
+            return
         engine = self.queue.acquire((worker, ticket_id), continuing)
         if engine is not None:
             worker.granted(ticket_id, engine)
@@ -166,6 +183,11 @@ class Coordinator:
                     logger.error("engine %d failed: it takes no more segments", index)
                 self._grant(self.queue.set_capacity(index, self.slots_per_engine[index] if now else 0))
         self._healthy = healthy
+        self._served = [served or now for served, now in zip(self._served, healthy, strict=True)]
+        if self.failed:
+            for key in self.queue.waiting:
+                self.queue.release(key)
+                key[0].refused(key[1])
         self._announce()
         self._broadcast()
 

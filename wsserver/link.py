@@ -9,7 +9,7 @@ whose link breaks has lost every seat and slot it held: the coordinator frees th
 Messages, worker -> coordinator: `("seat", call_id)` (answered `("reply", call_id, refusal | None)`), `("free",)`,
 `("queue", ticket_id, continuing)`, `("release", ticket_id)`, `("status", call_id)`, `("metrics", call_id)`,
 `("report", call_id, WorkerReport)`; coordinator -> worker: `("granted", ticket_id, engine)`,
-`("position", ticket_id, place)`, `("state", ready, draining)`, `("report?", call_id)`.
+`("position", ticket_id, place)`, `("refused", ticket_id)`, `("state", ready, draining)`, `("report?", call_id)`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import ipc
+from engine import EngineError, ipc
 from wsserver.coordinator import Coordinator, WorkerReport
 
 logger = logging.getLogger(__name__)
@@ -90,6 +90,11 @@ class CoordinatorLink(abc.ABC):
         ticket = self._tickets.get(ticket_id)
         if ticket is not None and not ticket.granted.done():
             ticket.on_position(place)
+
+    def refused(self, ticket_id: int) -> None:
+        ticket = self._tickets.get(ticket_id)
+        if ticket is not None and not ticket.granted.done():
+            ticket.granted.set_exception(EngineError("no engine is serving: every engine has failed"))
 
     def state(self, ready: bool, draining: bool) -> None:
         self.ready, self.draining = ready, draining
@@ -198,6 +203,8 @@ class RemoteLink(CoordinatorLink):
                     self.granted(*args)
                 elif kind == "position":
                     self.position(*args)
+                elif kind == "refused":
+                    self.refused(*args)
                 elif kind == "state":
                     self.state(*args)
                 elif kind == "report?":
@@ -229,6 +236,9 @@ class _RemoteWorker:
 
     def position(self, ticket_id: int, place: int) -> None:
         self._send("position", ticket_id, place)
+
+    def refused(self, ticket_id: int) -> None:
+        self._send("refused", ticket_id)
 
     def state(self, ready: bool, draining: bool) -> None:
         self._send("state", ready, draining)

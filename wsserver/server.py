@@ -112,6 +112,16 @@ class TTSServer:
         """False once every engine has failed: this server can never serve again (the liveness probe's answer)."""
         return not self.engines or any(engine.stats().healthy for engine in self.engines)
 
+    @property
+    def state(self) -> str:
+        """What /ready says: "starting" (the model loads), "ready", "draining" (SIGTERM), or "failed" (every engine
+        has failed: the server can no longer serve, and a supervisor should replace it)."""
+        if self.draining:
+            return "draining"
+        if self.ready:
+            return "ready"
+        return "starting" if self.alive else "failed"
+
     def attach(self, engines: list[EngineHandle], voices: VoiceStore, link: CoordinatorLink | None = None) -> None:
         """The engines are warm: start accepting sessions. Without a link the server coordinates itself (one process:
         seats and slots are its own)."""
