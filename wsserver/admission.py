@@ -9,7 +9,8 @@ context carries its voice and prompt itself, so consecutive segments may run on 
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -71,3 +72,48 @@ class SlotQueue(Generic[T]):
         free = [capacity - used for capacity, used in zip(self.capacity, self._used, strict=True)]
         best = max(range(len(free)), key=free.__getitem__, default=None)
         return best if best is not None and free[best] > 0 else None
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    last: float
+
+
+class ClientLimits:
+    """Per client (an address): seats held at once, and new seats per second (a token bucket bursting to twice the
+    rate). 0 turns a limit off. One client, a crawler or a runaway loop, cannot take every seat or flood the
+    handshakes; a proxy's clients are told apart only if the proxy is trusted (wsserver.access)."""
+
+    def __init__(self, max_seats: int, per_second: float) -> None:
+        self.max_seats, self.per_second = max_seats, per_second
+        self.seats: Counter[str] = Counter()
+        self._buckets: dict[str, _Bucket] = {}
+
+    def take(self, client: str, now: float) -> str | None:
+        """A seat for `client`, or why not: "client_full" or "client_rate"."""
+        if self.max_seats and self.seats[client] >= self.max_seats:
+            return "client_full"
+        if self.per_second:
+            burst = 2 * self.per_second
+            bucket = self._buckets.setdefault(client, _Bucket(burst, now))
+            bucket.tokens = min(burst, bucket.tokens + (now - bucket.last) * self.per_second)
+            bucket.last = now
+            if bucket.tokens < 1:
+                return "client_rate"
+            bucket.tokens -= 1
+            if len(self._buckets) > 4096:
+                self._forget_full(now, burst)
+        self.seats[client] += 1
+        return None
+
+    def free(self, client: str) -> None:
+        if self.seats[client] > 0:
+            self.seats[client] -= 1
+        if not self.seats[client]:
+            del self.seats[client]
+
+    def _forget_full(self, now: float, burst: float) -> None:
+        """Drop the buckets that have refilled: they hold nothing a new one would not."""
+        for client in [c for c, b in self._buckets.items() if b.tokens + (now - b.last) * self.per_second >= burst]:
+            del self._buckets[client]

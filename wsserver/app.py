@@ -12,7 +12,6 @@ import time
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -22,6 +21,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from wsserver import messages as m
+from wsserver.access import Caller
 from wsserver.encoding import FORMATS
 from wsserver.http import WS_PATH, ApiError, BodyLimit, Guard, json_response
 from wsserver.speech import DEFAULT_RATE, OPENAI_MODELS, speech_routes
@@ -61,10 +61,11 @@ def make_app(server: TTSServer) -> Starlette:
     async def websocket_probe(request: Request) -> Response:
         # A plain GET of the WebSocket path answers what a handshake would get: browsers hide a refused handshake's
         # status from the page, so the web demo asks here to tell "busy" (503) from "not authorised" (401).
-        refusal = await server.admit(request.headers.get("Authorization"), request.url.query)
+        caller = caller_of(request)
+        refusal = await server.admit(caller)
         if refusal is not None:
             raise refusal
-        server.free_seat()  # only asking
+        server.free_seat(caller)  # only asking
         raise ApiError(426, "upgrade_required", "open a WebSocket here", Upgrade="websocket")
 
     async def info(_: Request) -> Response:
@@ -130,11 +131,16 @@ def make_app(server: TTSServer) -> Starlette:
     def body_limit(path: str) -> int:
         return upload_bytes if path == "/v1/voices" else JSON_BODY_BYTES
 
+    def caller_of(request: Request) -> Caller:
+        return server.caller(request.headers, request.url.query, request.client.host if request.client else None)
+
     def api_key(scope: Scope) -> ApiError | None:
+        """The /v1/ routes need the API key and an allowed origin; the ones that change the server's state (adding or
+        deleting voices) the admin key, when one is set."""
         if not scope["path"].startswith("/v1/"):
             return None
-        headers = Headers(scope=scope)
-        return server.authorize(headers.get("Authorization"), scope.get("query_string", b"").decode("latin-1"))
+        changes = scope["method"] in ("POST", "DELETE") and scope["path"].startswith("/v1/voices")
+        return server.authorize(caller_of(Request(scope)), admin=changes)
 
     routes = [
         Route("/health", health),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wsserver.admission import ClientLimits
 from wsserver.decoding import UploadLimits
 from wsserver.protocol import Limits
 from wsserver.voices import DEFAULT_VOICE, OPENAI_VOICES
@@ -40,6 +41,11 @@ class ServerConfig:
     host: str | None = None  # None: 127.0.0.1 without an API key, all interfaces with one
     port: int = 8000
     api_key: str | None = None
+    admin_key: str | None = None  # needed (instead of api_key) to add or delete voices; None: api_key guards all
+    allowed_origins: tuple[str, ...] = ()  # browser origins allowed besides the server's own (and localhost, keyless)
+    trusted_proxies: tuple[str, ...] = ()  # addresses or networks whose X-Forwarded-For names the client
+    max_connections_per_client: int = 0  # sessions and speech requests one client address may hold; 0: no limit
+    handshakes_per_client_s: float = 0.0  # new sessions and speech requests per second per client; 0: no limit
     max_connections: int = 256
     max_num_seqs: int = 64  # engine slots: segments generating at once; more wait in the server's FIFO
     max_patches: int = 2000  # absolute cap on patches per segment
@@ -78,6 +84,9 @@ class ServerConfig:
             return self.workers
         return max(1, min(16, available_cores() - len(self.engine_devices()) - 1))
 
+    def client_limits(self) -> ClientLimits:
+        return ClientLimits(self.max_connections_per_client, self.handshakes_per_client_s)
+
     @property
     def bind_host(self) -> str:
         # Without an API key anyone who can reach the port can use the GPU: stay on loopback unless told otherwise.
@@ -112,6 +121,11 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("host", str, defaults.host, "bind address; default 127.0.0.1 without --api-key, 0.0.0.0 with")
     option("port", int, defaults.port, "port")
     option("api-key", str, defaults.api_key, "require 'Authorization: Bearer KEY' or ?token=KEY")
+    option("admin-key", str, defaults.admin_key, "the key that may add and delete voices (default: the API key)")
+    option("allowed-origins", _names, "", "browser origins besides the server's own that may call it (* for any)")
+    option("trusted-proxies", _names, "", "addresses/networks whose X-Forwarded-For names the client (comma list)")
+    option("max-connections-per-client", int, 0, "sessions and speech requests per client address (0: no limit)")
+    option("handshakes-per-client-s", float, 0.0, "new sessions and requests per second per client (0: no limit)")
     option("max-connections", int, defaults.max_connections, "WebSocket sessions; more get HTTP 503")
     option("max-num-seqs", int, defaults.max_num_seqs, "engine slots (segments generating at once)")
     option("max-patches", int, defaults.max_patches, "cap on generated patches per segment")
@@ -140,6 +154,11 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         host=args.host,
         port=args.port,
         api_key=args.api_key,
+        admin_key=args.admin_key,
+        allowed_origins=args.allowed_origins,
+        trusted_proxies=args.trusted_proxies,
+        max_connections_per_client=args.max_connections_per_client,
+        handshakes_per_client_s=args.handshakes_per_client_s,
         max_connections=args.max_connections,
         max_num_seqs=args.max_num_seqs,
         max_patches=args.max_patches,
@@ -167,6 +186,11 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     except ValueError as exc:
         parser.error(str(exc))
     return config
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """'a, b,c' -> ('a', 'b', 'c')."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def _aliases(text: str) -> dict[str, str]:

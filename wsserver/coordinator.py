@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine import EngineStats
-from wsserver.admission import SlotQueue
+from wsserver.admission import ClientLimits, SlotQueue
 from wsserver.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -59,8 +61,11 @@ class EngineView(Protocol):
 
 
 class Coordinator:
-    def __init__(self, max_sessions: int, engines: Sequence[EngineView], slots: list[int]) -> None:
+    def __init__(
+        self, max_sessions: int, engines: Sequence[EngineView], slots: list[int], clients: ClientLimits | None = None
+    ) -> None:
         self.max_sessions = max_sessions
+        self.clients = clients or ClientLimits(0, 0.0)
         self.engines = list(engines)
         self.slots_per_engine = list(slots)
         # An engine still starting (or failed) takes no segment until it is healthy.
@@ -69,7 +74,7 @@ class Coordinator:
         self.queue: SlotQueue[tuple[WorkerPort, int]] = SlotQueue(
             [n if healthy else 0 for n, healthy in zip(slots, self._healthy, strict=True)]
         )
-        self.seats: dict[WorkerPort, int] = {}
+        self.seats: dict[WorkerPort, Counter[str]] = {}  # per front end, its seats by client
         self.draining = False
         self._positions: dict[tuple[WorkerPort, int], int] = {}
         self._watch: asyncio.Task[None] | None = None
@@ -85,23 +90,26 @@ class Coordinator:
 
     @property
     def sessions(self) -> int:
-        return sum(self.seats.values())
+        return sum(sum(seats.values()) for seats in self.seats.values())
 
     # -- front ends ------------------------------------------------------------------------------------------------
 
     def join(self, worker: WorkerPort) -> None:
-        self.seats.setdefault(worker, 0)
+        self.seats.setdefault(worker, Counter())
         worker.state(self.ready, self.draining)
 
     def leave(self, worker: WorkerPort) -> None:
         """A front end is gone (closed, or its process died): its seats and tickets go back."""
-        self.seats.pop(worker, None)
+        for client, count in self.seats.pop(worker, Counter()).items():
+            for _ in range(count):
+                self.clients.free(client)
         for key in [key for key in (*self.queue.holders, *self.queue.waiting) if key[0] is worker]:
             self._grant(self.queue.release(key))
         self._announce()
 
-    def take_seat(self, worker: WorkerPort) -> str | None:
-        """A seat for a new session or speech request; else why not ("draining", "unavailable", "starting", "full")."""
+    def take_seat(self, worker: WorkerPort, client: str) -> str | None:
+        """A seat for a new session or speech request of `client` (its address); else why not: "draining",
+        "unavailable", "starting", "full", or the client's own limits, "client_full" or "client_rate"."""
         if self.draining:
             return "draining"
         if self.failed:
@@ -110,12 +118,16 @@ class Coordinator:
             return "starting"
         if self.sessions >= self.max_sessions:
             return "full"
-        self.seats[worker] = self.seats.get(worker, 0) + 1
+        if (refusal := self.clients.take(client, time.monotonic())) is not None:
+            return refusal
+        self.seats.setdefault(worker, Counter())[client] += 1
         return None
 
-    def free_seat(self, worker: WorkerPort) -> None:
-        if self.seats.get(worker, 0) > 0:
-            self.seats[worker] -= 1
+    def free_seat(self, worker: WorkerPort, client: str) -> None:
+        seats = self.seats.get(worker)
+        if seats is not None and seats[client] > 0:
+            seats[client] -= 1
+            self.clients.free(client)
 
     def enqueue(self, worker: WorkerPort, ticket_id: int, continuing: bool) -> None:
         """A segment wants an engine slot: granted now (`worker.granted`), queued (`worker.position`), or refused when

@@ -6,7 +6,8 @@ coordinator lives in the supervisor and a worker process talks to it over a Unix
 `serve_coordinator` is the supervisor's end. Either way a ticket's grant comes as the engine's index, and a worker
 whose link breaks has lost every seat and slot it held: the coordinator frees them when the connection closes.
 
-Messages, worker -> coordinator: `("seat", call_id)` (answered `("reply", call_id, refusal | None)`), `("free",)`,
+Messages, worker -> coordinator: `("seat", call_id, client)` (answered `("reply", call_id, refusal | None)`),
+`("free", client)`,
 `("queue", ticket_id, continuing)`, `("release", ticket_id)`, `("status", call_id)`, `("metrics", call_id)`,
 `("report", call_id, WorkerReport)`; coordinator -> worker: `("granted", ticket_id, engine)`,
 `("position", ticket_id, place)`, `("refused", ticket_id)`, `("state", ready, draining)`, `("report?", call_id)`.
@@ -49,11 +50,11 @@ class CoordinatorLink(abc.ABC):
         self._ids = itertools.count()
 
     @abc.abstractmethod
-    async def take_seat(self) -> str | None:
-        """A seat for a session or speech request; else why not ("draining", "starting", "full")."""
+    async def take_seat(self, client: str) -> str | None:
+        """A seat for a session or speech request of `client` (its address); else why not (Coordinator.take_seat)."""
 
     @abc.abstractmethod
-    def free_seat(self) -> None: ...
+    def free_seat(self, client: str) -> None: ...
 
     def queue(self, on_position: Callable[[int], None], continuing: bool) -> SlotTicket:
         """A ticket for an engine slot; its `granted` future gives the engine. Every ticket goes back with `release`."""
@@ -108,11 +109,11 @@ class LocalLink(CoordinatorLink):
         self.coordinator = coordinator
         coordinator.join(self)
 
-    async def take_seat(self) -> str | None:
-        return self.coordinator.take_seat(self)
+    async def take_seat(self, client: str) -> str | None:
+        return self.coordinator.take_seat(self, client)
 
-    def free_seat(self) -> None:
-        self.coordinator.free_seat(self)
+    def free_seat(self, client: str) -> None:
+        self.coordinator.free_seat(self, client)
 
     def _enqueue(self, ticket_id: int, continuing: bool) -> None:
         self.coordinator.enqueue(self, ticket_id, continuing)
@@ -158,26 +159,26 @@ class RemoteLink(CoordinatorLink):
         if not self._writer.is_closing():
             ipc.write(self._writer, message)
 
-    async def _call(self, kind: str) -> Any:
+    async def _call(self, kind: str, *args: Any) -> Any:
         if self.lost.done():
             raise ConnectionError("the coordinator is gone")
         call_id = next(self._call_ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = future
-        self._send(kind, call_id)
+        self._send(kind, call_id, *args)
         try:
             return await future
         finally:
             self._calls.pop(call_id, None)
 
-    async def take_seat(self) -> str | None:
+    async def take_seat(self, client: str) -> str | None:
         try:
-            return await self._call("seat")
+            return await self._call("seat", client)
         except ConnectionError:
             return "draining"
 
-    def free_seat(self) -> None:
-        self._send("free")
+    def free_seat(self, client: str) -> None:
+        self._send("free", client)
 
     def _enqueue(self, ticket_id: int, continuing: bool) -> None:
         self._send("queue", ticket_id, continuing)
@@ -283,9 +284,10 @@ async def serve_coordinator(coordinator: Coordinator, path: str) -> asyncio.Abst
             while True:
                 kind, *args = await ipc.read(reader)
                 if kind == "seat":
-                    worker._send("reply", args[0], coordinator.take_seat(worker))
+                    call_id, client = args
+                    worker._send("reply", call_id, coordinator.take_seat(worker, client))
                 elif kind == "free":
-                    coordinator.free_seat(worker)
+                    coordinator.free_seat(worker, *args)
                 elif kind == "queue":
                     coordinator.enqueue(worker, *args)
                 elif kind == "release":

@@ -29,15 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hmac
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import parse_qs
 
 import uvicorn
 from websockets.asyncio.server import ServerConnection
@@ -45,12 +43,13 @@ from websockets.exceptions import ConnectionClosed
 
 from engine import EngineError
 from engine.streams import EngineHandle
+from wsserver.access import Caller, check_key, check_origin
 from wsserver.app import make_app
 from wsserver.config import ServerConfig
 from wsserver.continuity import Continuity
 from wsserver.coordinator import Coordinator, WorkerReport
 from wsserver.errors import CloseCode
-from wsserver.http import ApiError, over_capacity
+from wsserver.http import RETRY_AFTER_S, ApiError, over_capacity
 from wsserver.link import CoordinatorLink, LocalLink, SlotTicket
 from wsserver.metrics import ServerMetrics
 from wsserver.protocol import AbortSegment, CloseConnection, RunSegment, Session, SessionConfig
@@ -129,7 +128,7 @@ class TTSServer:
         self._attached.set()
         if link is None:
             slots = [min(self.config.max_num_seqs, engine.stats().max_num_seqs) for engine in engines]
-            self._coordinator = Coordinator(self.config.max_connections, engines, slots)
+            self._coordinator = Coordinator(self.config.max_connections, engines, slots, self.config.client_limits())
             self._coordinator.start()
             link = LocalLink(self._coordinator, self.report)
         self.link = link
@@ -145,21 +144,22 @@ class TTSServer:
             metrics=self.metrics,
         )
 
-    def authorize(self, authorization: str | None, query: str) -> ApiError | None:
-        """401 unless the request carries the API key (when one is set): `Authorization: Bearer KEY` or ?token=KEY."""
-        key = self.config.api_key
-        if key is None:
-            return None
-        header = authorization or ""
-        token = header[7:] if header.startswith("Bearer ") else (parse_qs(query).get("token") or [""])[0]
-        if hmac.compare_digest(token.encode(), key.encode()):
-            return None
-        return ApiError(401, "unauthorized", "Authorization: Bearer KEY or ?token=KEY")
+    def caller(self, headers: Mapping[str, str], query: str, peer: str | None) -> Caller:
+        return Caller.of(headers, query, peer, self.config.trusted_proxies)
 
-    async def admit(self, authorization: str | None, query: str) -> ApiError | None:
-        """A seat for a new session or speech request (give it back with `free_seat`), or why not: the API key, the
-        server's state, room under `max_connections` (server-wide)."""
-        if (refusal := self.authorize(authorization, query)) is not None:
+    def authorize(self, caller: Caller, admin: bool = False) -> ApiError | None:
+        """Whether the caller may use the server (the API key, the page's origin); `admin`: may change its state (the
+        admin key, when one is set)."""
+        config = self.config
+        refusal = check_origin(caller, config.allowed_origins, keyed=config.api_key is not None)
+        if refusal is None and admin and config.admin_key is not None:
+            return check_key(caller, config.admin_key, "changing the server's voices")
+        return refusal or check_key(caller, config.api_key)
+
+    async def admit(self, caller: Caller) -> ApiError | None:
+        """A seat for a new session or speech request (give it back with `free_seat`), or why not: the key and
+        origin, the server's state, room under `max_connections` (server-wide) and the client's own limits."""
+        if (refusal := self.authorize(caller)) is not None:
             return refusal
         if self.draining:
             return over_capacity("draining")
@@ -171,16 +171,23 @@ class TTSServer:
                     await self._attached.wait()
         if self.link is None or not self.engines:
             return over_capacity("starting")
-        reason = await self.link.take_seat()
+        reason = await self.link.take_seat(caller.address)
+        config = self.config
         if reason is None:
             return None
+        if reason == "client_full":
+            message = f"this client holds max_connections_per_client={config.max_connections_per_client} already"
+            return ApiError(429, "too_many_connections", message, Retry_After=str(RETRY_AFTER_S))
+        if reason == "client_rate":
+            message = f"over handshakes_per_client_s={config.handshakes_per_client_s} for this client"
+            return ApiError(429, "rate_limited", message, Retry_After="1")
         if reason == "full":
-            reason = f"max_connections={self.config.max_connections} sessions and requests are open"
+            reason = f"max_connections={config.max_connections} sessions and requests are open"
         return over_capacity(reason)
 
-    def free_seat(self) -> None:
+    def free_seat(self, caller: Caller) -> None:
         assert self.link is not None
-        self.link.free_seat()
+        self.link.free_seat(caller.address)
 
     async def status(self) -> dict[str, Any]:
         if self.link is None:

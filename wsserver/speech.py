@@ -26,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from engine import EngineError, ModelInfo
 from wsserver import messages as m
+from wsserver.access import Caller
 from wsserver.audio import Resampler
 from wsserver.continuity import Continuity
 from wsserver.encoding import FORMATS, FileEncoder
@@ -175,8 +176,8 @@ class AudioResponse:
     at its next write, which for a request still queued for a slot could be seconds away), and a write the client
     does not take within `stall_timeout_s` ends it too."""
 
-    def __init__(self, synthesis: Synthesis) -> None:
-        self.synthesis = synthesis
+    def __init__(self, synthesis: Synthesis, caller: Caller) -> None:
+        self.synthesis, self.caller = synthesis, caller  # the caller holds a seat until this response ends
         self.stall_timeout_s = synthesis.server.config.limits.stall_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -188,7 +189,7 @@ class AudioResponse:
             await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             server.speeches.discard(work)
-            server.free_seat()  # taken when the request was admitted
+            server.free_seat(self.caller)  # taken when the request was admitted
             for task in (work, watch):
                 task.cancel()
             await asyncio.gather(work, watch, return_exceptions=True)
@@ -287,13 +288,14 @@ def speech_routes(server: TTSServer) -> list[Route]:
         pieces = segments(parsed.input)
         if not pieces:
             raise ApiError(400, "empty_input", "'input' has nothing the model can say", param="input")
-        refusal = await server.admit(request.headers.get("Authorization"), request.url.query)
+        caller = server.caller(request.headers, request.url.query, request.client.host if request.client else None)
+        refusal = await server.admit(caller)
         if refusal is not None:
             raise refusal
         try:
-            return AudioResponse(Synthesis(server, info, parsed, pieces))  # it gives the seat back when it ends
+            return AudioResponse(Synthesis(server, info, parsed, pieces), caller)  # it gives the seat back at its end
         except BaseException:
-            server.free_seat()
+            server.free_seat(caller)
             raise
 
     return [Route("/v1/audio/speech", speech, methods=["POST"])]

@@ -85,7 +85,8 @@ class Supervisor:
         self.engine_paths = [os.path.join(self.runtime, f"engine-{i}.sock") for i in range(len(self.devices))]
         self.coordinator_path = os.path.join(self.runtime, "coordinator.sock")
         slots = [config.max_num_seqs] * len(self.devices)
-        self.coordinator = Coordinator(config.max_connections, [_Starting(n) for n in slots], slots)
+        starting = [_Starting(n) for n in slots]
+        self.coordinator = Coordinator(config.max_connections, starting, slots, config.client_limits())
         self.engines: list[tuple[SpawnProcess, Connection]] = []
         self.clients: list[EngineClient] = []
         self.workers: list[_Worker] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -23,12 +24,30 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
+from wsserver.access import Caller
 from wsserver.http import WS_PATH, ApiError
 
 if TYPE_CHECKING:
     from wsserver.server import TTSServer
 
 logger = logging.getLogger(__name__)
+
+
+class _Redact(logging.Filter):
+    """websockets logs every handshake's request line and headers at DEBUG: the API key, in ?token=KEY or in the
+    Authorization header, must not reach a log."""
+
+    _SECRETS = re.compile(r"(token=)[^&\s]+|(authorization: )\S.*", re.IGNORECASE)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = self._SECRETS.sub(lambda m: (m.group(1) or m.group(2)) + "[redacted]", message)
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        return True
+
+
+logger.addFilter(_Redact())
 
 SUBPROTOCOL = "ttsws.v1"
 OPEN_TIMEOUT_S = 10.0  # the opening handshake, as websockets' serve() bounds it
@@ -74,10 +93,10 @@ class Upgrades(Server):
     async def _run(self, connection: ServerConnection) -> None:
         """One upgraded connection, as websockets' serve() runs it: the handshake, then the session; the transport is
         never left open behind a failed handshake or a crashed handler, and the session's seat goes back."""
-        seated: list[bool] = []
+        seated: list[Caller] = []  # the caller whose seat this session holds, once taken
         try:
             async with asyncio.timeout(OPEN_TIMEOUT_S):
-                await connection.handshake(lambda conn, request: self._admit(request, seated))
+                await connection.handshake(lambda conn, request: self._admit(conn, request, seated))
             if connection.protocol.state is not State.OPEN:
                 connection.transport.abort()
                 return
@@ -94,19 +113,24 @@ class Upgrades(Server):
             connection.transport.abort()
         finally:
             if seated:
-                self.tts.free_seat()
+                self.tts.free_seat(seated[0])
             self.handler_tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
 
-    async def _admit(self, request: Request, seated: list[bool]) -> Response | None:
-        """The handshake's checks: the path, then the server's admission (key, state, a seat under max_connections),
-        which takes the session's seat."""
+    async def _admit(self, connection: ServerConnection, request: Request, seated: list[Caller]) -> Response | None:
+        """The handshake's checks: the path, then the server's admission (key, origin, state, a seat under
+        max_connections and the client's limits), which takes the session's seat."""
         url = urlsplit(request.path)
+        caller = self.tts.caller(
+            {name.lower(): value for name, value in request.headers.raw_items()},
+            url.query,
+            connection.remote_address[0] if connection.remote_address else None,
+        )
         if url.path != WS_PATH:
             refusal: ApiError | None = ApiError(404, "not_found", f"WebSocket sessions open at {WS_PATH}")
         else:
-            refusal = await self.tts.admit(request.headers.get("Authorization"), url.query)
+            refusal = await self.tts.admit(caller)
         if refusal is None:
-            seated.append(True)
+            seated.append(caller)
             return None
         body = orjson.dumps(refusal.body())
         headers = Headers({"Content-Type": "application/json", "Content-Length": str(len(body)), **refusal.headers})

@@ -31,3 +31,17 @@ def test_an_engine_that_goes_down_takes_no_more_segments() -> None:
     assert queue.release("b") == [] and queue.acquire("c", False) is None
     assert queue.release("a") == [("c", 0)]
     assert queue.set_capacity(1, 1) == [] and queue.acquire("d", False) == 1
+
+
+def test_client_limits_bound_seats_and_their_rate() -> None:
+    from wsserver.admission import ClientLimits
+
+    limits = ClientLimits(max_seats=2, per_second=1.0)  # bursts of two, then one a second
+    assert limits.take("a", 0.0) is None and limits.take("a", 0.0) is None
+    assert limits.take("a", 0.0) == "client_full"
+    assert limits.take("b", 0.0) is None  # another client has its own
+    limits.free("a")
+    assert limits.take("a", 0.0) == "client_rate"  # a seat came back, but the burst is spent
+    assert limits.take("a", 1.0) is None
+    off = ClientLimits(0, 0.0)
+    assert all(off.take("a", 0.0) is None for _ in range(100))
