@@ -1,8 +1,9 @@
 // Page wiring: one Connection, one Player, and the turns (contexts) a person
 // starts from the form. Protocol details live in protocol.js/connection.js,
-// audio in player.js and the worklet; this file only decides what to send when
-// a button is pressed and what to show when the server answers.
+// audio in player.js and the worklet, voices in voices.js; this file only decides
+// what to send when a button is pressed and what to show when the server answers.
 
+import { HttpApi } from "./api.js";
 import { Connection } from "./connection.js";
 import { OpusDecoder } from "./decoders.js";
 import { LevelMeter } from "./meter.js";
@@ -10,6 +11,7 @@ import { Player } from "./player.js";
 import { errorTitle, socketUrl } from "./protocol.js";
 import { TokenFeeder, tokenize } from "./tokens.js";
 import * as ui from "./ui.js";
+import { VoicePanel } from "./voices.js";
 
 const { $ } = ui;
 
@@ -21,10 +23,15 @@ const SECURE_CONTEXT_HINT =
   "Browsers allow audio worklets and decoders only over https or on localhost; " +
   "for a remote server, tunnel it: ssh -L 8000:localhost:8000 HOST, then open http://localhost:8000/";
 const PING_EVERY_MS = 10000;
+// The API key is kept for this tab only, so a reload does not ask again; ?token=KEY in the page URL sets it.
+const KEY_STORAGE = "voxstream.apiKey";
 
-const conn = new Connection(socketUrl(window.location));
+const api = new HttpApi();
+api.key = new URLSearchParams(window.location.search).get("token") ?? sessionStorage.getItem(KEY_STORAGE) ?? "";
+const conn = new Connection(socketUrl(window.location, api.key));
 const player = new Player();
 const meter = new LevelMeter($("meter"));
+const voices = new VoicePanel(api);
 
 const state = {
   hello: null,
@@ -68,6 +75,9 @@ window.__ttsDemo = {
   get hello() {
     return state.hello;
   },
+  get voices() {
+    return voices.ids;
+  },
   messages: received,
   errors,
   stats: () => ({
@@ -90,13 +100,22 @@ conn.addEventListener("message", (event) => onMessage(event.detail));
 conn.addEventListener("sent", (event) => logSent(event.detail));
 conn.addEventListener("closed", (event) => onClosed(event.detail));
 
-function onClosed({ wasOpen, busy, text, code, retryAfterS }) {
+function onClosed({ wasOpen, busy, unauthorised, text, code, retryAfterS }) {
   state.hello = null;
   clearInterval(state.pingTimer);
   abandonTurns();
   setControls();
   errors.push({ code: `close_${code}`, message: text, busy });
   ui.log("local", wasOpen ? "closed" : "refused", `${code} · ${text}`, busy ? "warn" : "error");
+  ui.renderCapabilities(null);
+  if (unauthorised) {
+    // The same key would be refused again: wait for Apply instead of retrying.
+    $("api-key").setAttribute("aria-invalid", "true");
+    ui.showError("Not authorised", "This server needs an API key: enter it in the Server panel, then Apply.");
+    state.connectionBanner = true;
+    ui.setStatus("offline", text);
+    return;
+  }
   // Exponential backoff, but never sooner than the server's Retry-After.
   const delay = Math.max(state.retryDelayMs, (retryAfterS ?? 0) * 1000);
   state.retryDelayMs = Math.min(RETRY_MAX_MS, state.retryDelayMs * 2);
@@ -104,7 +123,6 @@ function onClosed({ wasOpen, busy, text, code, retryAfterS }) {
   const detail = `${text.replace(/^Server busy: /, "")}. ${advice}`;
   ui.showError(busy ? "Server busy" : "Not connected", detail, busy ? "warn" : "error");
   state.connectionBanner = true;
-  ui.renderCapabilities(null);
   countdown(busy ? "busy" : "offline", text, delay);
 }
 
@@ -149,6 +167,8 @@ const HANDLERS = {
     state.connectionBanner = false;
     ui.renderCapabilities(msg);
     fillOptions(msg);
+    $("api-key").removeAttribute("aria-invalid");
+    voices.connected(msg);
     ui.setStatus("ready");
     ui.log("in", "hello", `${msg.model?.name} · ${msg.formats?.length} formats · ${msg.voices?.length} voices`);
     clearInterval(state.pingTimer);
@@ -408,9 +428,6 @@ function fillOptions(hello) {
     disabled: unplayable,
     selected: formats.includes(previous) && !unplayable.has(previous) ? previous : preferred,
   });
-  const voices = hello.voices?.length ? hello.voices : ["default"];
-  const voice = $("voice").value;
-  ui.fillSelect($("voice"), voices, { selected: voices.includes(voice) ? voice : voices[0] });
   fillRates();
 }
 
@@ -536,6 +553,20 @@ function renderTurnState(turn, counts) {
   pill.textContent = text;
 }
 
+/** A new API key: HTTP requests carry it from now on, and so does the next WebSocket handshake. */
+function applyKey(event) {
+  event.preventDefault();
+  api.key = $("api-key").value.trim();
+  if (api.key) sessionStorage.setItem(KEY_STORAGE, api.key);
+  else sessionStorage.removeItem(KEY_STORAGE);
+  $("api-key").removeAttribute("aria-invalid");
+  ui.log("local", "api key", api.key ? "set" : "cleared");
+  conn.url = socketUrl(window.location, api.key);
+  // An open session stays (its key was accepted); only a refused or lost one reconnects now.
+  if (conn.isOpen) voices.refresh();
+  else connect();
+}
+
 // ---- start
 
 function bind() {
@@ -544,6 +575,11 @@ function bind() {
   $("end").addEventListener("click", end);
   $("cancel").addEventListener("click", cancel);
   $("banner-close").addEventListener("click", ui.clearError);
+  $("key-form").addEventListener("submit", applyKey);
+  $("api-key").value = api.key;
+  voices.addEventListener("error", ({ detail }) => {
+    errors.push({ code: detail.code, message: detail.message, status: detail.status });
+  });
   $("log-clear").addEventListener("click", () => $("log").replaceChildren());
   $("text").addEventListener("input", updateCharCount);
   $("format").addEventListener("change", fillRates);
@@ -574,6 +610,7 @@ async function main() {
   if (!window.isSecureContext) ui.showError("Audio will not play on this page", SECURE_CONTEXT_HINT, "warn");
   setInterval(renderFigures, 100);
   connect();
+  voices.load();
 }
 
 main();

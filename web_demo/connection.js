@@ -14,6 +14,11 @@ export class Connection extends EventTarget {
     this.#url = url;
   }
 
+  /** Where the next open() goes (the API key is in its query). */
+  set url(url) {
+    this.#url = url;
+  }
+
   get isOpen() {
     return this.#ws?.readyState === WebSocket.OPEN;
   }
@@ -92,7 +97,7 @@ async function probeRefusal(event, url) {
     const retryAfterS = Number(response.headers.get("Retry-After")) || null;
     if (response.status === 503) return { code: event.code, busy: true, retryAfterS, text: `Server busy${detail}` };
     if (response.status === 401) {
-      return { code: event.code, busy: false, text: "Not authorised (add ?token=KEY to the page URL)" };
+      return { code: event.code, busy: false, unauthorised: true, text: "Not authorised: missing or wrong API key" };
     }
     return { code: event.code, busy: false, text: `WebSocket handshake failed (HTTP ${response.status})` };
   } catch {

@@ -31,10 +31,9 @@ export function parseFrame(buffer) {
 /** Bytes per sample of the PCM-like formats; Opus packets have no fixed size. */
 export const BYTES_PER_SAMPLE = Object.freeze({ pcm_s16le: 2, pcm_f32le: 4, mulaw: 1 });
 
-/** The WebSocket URL of the same origin, carrying `?token=` through when the page has one. */
-export function socketUrl(location) {
+/** The WebSocket URL of the same origin; the API key rides as `?token=` (a browser cannot set headers there). */
+export function socketUrl(location, token = "") {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const token = new URLSearchParams(location.search).get("token");
   const query = token ? `?token=${encodeURIComponent(token)}` : "";
   return `${scheme}//${location.host}/v1/tts/ws${query}`;
 }
@@ -70,7 +69,7 @@ const CLOSE_REASONS = {
   1009: "Message too big",
   1011: "Server error",
   4400: "Too many bad messages",
-  4401: "Not authorised (check ?token=)",
+  4401: "Not authorised (check the API key)",
   4408: "Timed out (idle or not reading audio)",
   4413: "Message too big",
   4429: "Server over capacity",

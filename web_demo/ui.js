@@ -65,7 +65,6 @@ export function renderCapabilities(hello) {
     ["Protocol", hello.protocol ?? "?"],
     ["Formats", (hello.formats ?? []).join(", ")],
     ["Sample rates", (hello.sample_rates ?? []).map(formatRate).join(", ")],
-    ["Voices", (hello.voices ?? []).join(", ") || "—"],
     ["Max contexts", limits.max_contexts],
     ["Max text", limits.max_text_chars != null ? `${limits.max_text_chars.toLocaleString("en")} chars` : undefined],
     ["Max message", limits.max_message_bytes != null ? formatBytes(limits.max_message_bytes) : undefined],

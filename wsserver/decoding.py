@@ -30,6 +30,7 @@ class UploadLimits:
     max_duration_s: float = 30.0
     max_decode_s: float = 10.0  # wall time for decoding one upload
     max_transcript_chars: int = 1000
+    max_name_chars: int = 64
     max_concurrent: int = 4  # uploads in progress at once (each decodes on a thread and encodes on the engine)
 
     def advertised(self) -> dict[str, object]:
@@ -39,6 +40,7 @@ class UploadLimits:
             "min_duration_s": self.min_duration_s,
             "max_duration_s": self.max_duration_s,
             "max_transcript_chars": self.max_transcript_chars,
+            "max_name_chars": self.max_name_chars,
             "max_concurrent": self.max_concurrent,
         }
 

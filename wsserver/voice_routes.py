@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MAX_NAME_CHARS = 64
 _FORM_FIELD_BYTES = 64 * 1024  # the text fields of an upload; the audio file has its own limit
 _PROBE_TEXT = "Hello."  # a voice must leave room for speech after it: checked with this target text
 
@@ -77,7 +76,7 @@ def voice_routes(server: TTSServer) -> list[Route]:
             raise ApiError(429, "too_many_uploads", message, Retry_After="1")
         uploading += 1
         try:
-            upload = await _read_form(request, limits.max_transcript_chars)
+            upload = await _read_form(request, limits)
             voice = await _clone(server.engine, voices, limits, **upload)
             stored, new = await _store(voices, voice)
         finally:
@@ -92,7 +91,7 @@ def voice_routes(server: TTSServer) -> list[Route]:
     ]
 
 
-async def _read_form(request: Request, max_transcript_chars: int) -> dict[str, object]:
+async def _read_form(request: Request, limits: UploadLimits) -> dict[str, object]:
     """The upload's fields, checked (everything but the audio, which `decode` checks)."""
     if not request.headers.get("Content-Type", "").startswith("multipart/form-data"):
         raise ApiError(400, "bad_form", "send multipart/form-data with an 'audio' file")
@@ -112,13 +111,14 @@ async def _read_form(request: Request, max_transcript_chars: int) -> dict[str, o
         raise ApiError(400, "bad_request", f"role must be one of {list(ROLES)}", param="role")
     if not name:
         raise ApiError(400, "missing_field", "'name' is required", param="name")
-    if len(name) > MAX_NAME_CHARS or any(unicodedata.category(c).startswith("C") for c in name):
-        raise ApiError(400, "bad_request", f"name: at most {MAX_NAME_CHARS} printable characters", param="name")
+    if len(name) > limits.max_name_chars or any(unicodedata.category(c).startswith("C") for c in name):
+        message = f"name: at most {limits.max_name_chars} printable characters"
+        raise ApiError(400, "bad_request", message, param="name")
     if role != "reference" and not transcript:
         message = f"'transcript' (what the audio says) is required for role {role!r}"
         raise ApiError(400, "missing_field", message, param="transcript")
-    if len(transcript) > max_transcript_chars:
-        message = f"the transcript exceeds max_transcript_chars={max_transcript_chars}"
+    if len(transcript) > limits.max_transcript_chars:
+        message = f"the transcript exceeds max_transcript_chars={limits.max_transcript_chars}"
         raise ApiError(400, "transcript_too_long", message, param="transcript")
     return {"data": await audio.read(), "name": name, "transcript": transcript, "role": role}
 

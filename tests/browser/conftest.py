@@ -38,6 +38,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     # The page plays audio without a click in some tests (reconnects); headless has no user anyway.
     "--autoplay-policy=no-user-gesture-required",
+    # A microphone without a person: the permission prompt is answered yes, and the device plays a test beep.
+    "--use-fake-ui-for-media-stream",
+    "--use-fake-device-for-media-stream",
 ]
 
 HEADER = struct.Struct("<BBHIQHH")  # protocol page, "Binary frames": 20 bytes, little-endian
@@ -178,9 +181,8 @@ class WireLog:
 _TERMINAL = ("context.done", "context.cancelled")
 
 
-@pytest.fixture
-def page(browser_context: Any, server: Server) -> Iterator[Any]:
-    """A fresh tab with the demo loaded and connected; `page.wire` is its WireLog, `page.problems` its JS errors."""
+def open_demo(browser_context: Any, url: str) -> Any:
+    """A fresh tab on the demo at `url`; `tab.wire` is its WireLog, `tab.problems` its JS errors."""
     tab = browser_context.new_page()
     wire = WireLog()
     problems: list[str] = []
@@ -195,7 +197,14 @@ def page(browser_context: Any, server: Server) -> Iterator[Any]:
     tab.on("console", lambda msg: problems.append(f"console.{msg.type}: {msg.text}") if msg.type == "error" else None)
     tab.wire = wire
     tab.problems = problems
-    tab.goto(f"{server.base_url}/")
+    tab.goto(url)
+    return tab
+
+
+@pytest.fixture
+def page(browser_context: Any, server: Server) -> Iterator[Any]:
+    """A fresh tab with the demo loaded and connected (see `open_demo`)."""
+    tab = open_demo(browser_context, f"{server.base_url}/")
     tab.wait_for_function("window.__ttsDemo?.status === 'ready'", timeout=20_000)
     yield tab
     tab.close()

@@ -163,6 +163,7 @@ async def test_info_and_models(serve: ServeFactory) -> None:
         assert info["speech"]["formats"]["pcm"]["content_type"] == "audio/pcm"
         assert model.sample_rate in info["speech"]["formats"]["wav"]["sample_rates"]
         assert info["voices"]["uploads"]["max_bytes"] > 0 and info["voices"]["roles"] == ["prompt", "reference", "both"]
+        assert info["voices"]["uploads"]["max_name_chars"] == 64
         assert info["websocket"]["limits"]["max_contexts"] == 8
         models = (await http.get("/v1/models")).json()
         assert [m["id"] for m in models["data"]][:2] == [model.name, "tts-1"]
