@@ -15,6 +15,8 @@ export class ApiError extends Error {
 export class HttpApi {
   /** The API key sent as `Authorization: Bearer`; empty when the server needs none. */
   key = "";
+  /** The key that adds and deletes voices on a server with `--admin-key` (it replaces the API key there). */
+  adminKey = "";
 
   /** GET /info: the model, its voice roles and the upload limits (needs no key). */
   info() {
@@ -32,15 +34,15 @@ export class HttpApi {
     form.append("name", name);
     form.append("transcript", transcript);
     form.append("role", role);
-    return this.request("POST", "/v1/voices", form);
+    return this.request("POST", "/v1/voices", form, this.adminKey || this.key);
   }
 
   deleteVoice(id) {
-    return this.request("DELETE", `/v1/voices/${encodeURIComponent(id)}`);
+    return this.request("DELETE", `/v1/voices/${encodeURIComponent(id)}`, undefined, this.adminKey || this.key);
   }
 
-  async request(method, path, body = undefined) {
-    const headers = this.key ? { Authorization: `Bearer ${this.key}` } : {};
+  async request(method, path, body = undefined, key = this.key) {
+    const headers = key ? { Authorization: `Bearer ${key}` } : {};
     let response;
     try {
       response = await fetch(path, { method, headers, body, cache: "no-store" });

@@ -23,11 +23,13 @@ const SECURE_CONTEXT_HINT =
   "Browsers allow audio worklets and decoders only over https or on localhost; " +
   "for a remote server, tunnel it: ssh -L 8000:localhost:8000 HOST, then open http://localhost:8000/";
 const PING_EVERY_MS = 10000;
-// The API key is kept for this tab only, so a reload does not ask again; ?token=KEY in the page URL sets it.
+// The keys are kept for this tab only, so a reload does not ask again; ?token=KEY in the page URL sets the API key.
 const KEY_STORAGE = "voxstream.apiKey";
+const ADMIN_KEY_STORAGE = "voxstream.adminKey";
 
 const api = new HttpApi();
 api.key = new URLSearchParams(window.location.search).get("token") ?? sessionStorage.getItem(KEY_STORAGE) ?? "";
+api.adminKey = sessionStorage.getItem(ADMIN_KEY_STORAGE) ?? "";
 const conn = new Connection(socketUrl(window.location, api.key));
 const player = new Player();
 const meter = new LevelMeter($("meter"));
@@ -553,18 +555,24 @@ function renderTurnState(turn, counts) {
   pill.textContent = text;
 }
 
-/** A new API key: HTTP requests carry it from now on, and so does the next WebSocket handshake. */
-function applyKey(event) {
+/** New keys: HTTP requests carry them from now on, and the next WebSocket handshake the API key. */
+function applyKeys(event) {
   event.preventDefault();
-  api.key = $("api-key").value.trim();
-  if (api.key) sessionStorage.setItem(KEY_STORAGE, api.key);
-  else sessionStorage.removeItem(KEY_STORAGE);
+  api.key = remember(KEY_STORAGE, $("api-key").value.trim());
+  api.adminKey = remember(ADMIN_KEY_STORAGE, $("admin-key").value.trim());
   $("api-key").removeAttribute("aria-invalid");
-  ui.log("local", "api key", api.key ? "set" : "cleared");
+  $("admin-key").removeAttribute("aria-invalid");
+  ui.log("local", "keys", `API key ${api.key ? "set" : "none"} · admin key ${api.adminKey ? "set" : "none"}`);
   conn.url = socketUrl(window.location, api.key);
   // An open session stays (its key was accepted); only a refused or lost one reconnects now.
   if (conn.isOpen) voices.refresh();
   else connect();
+}
+
+function remember(name, value) {
+  if (value) sessionStorage.setItem(name, value);
+  else sessionStorage.removeItem(name);
+  return value;
 }
 
 // ---- start
@@ -575,10 +583,12 @@ function bind() {
   $("end").addEventListener("click", end);
   $("cancel").addEventListener("click", cancel);
   $("banner-close").addEventListener("click", ui.clearError);
-  $("key-form").addEventListener("submit", applyKey);
+  $("key-form").addEventListener("submit", applyKeys);
   $("api-key").value = api.key;
-  voices.addEventListener("error", ({ detail }) => {
-    errors.push({ code: detail.code, message: detail.message, status: detail.status });
+  $("admin-key").value = api.adminKey;
+  voices.addEventListener("error", ({ detail: { error, admin } }) => {
+    errors.push({ code: error.code, message: error.message, status: error.status });
+    if (error.status === 401) $(admin ? "admin-key" : "api-key").setAttribute("aria-invalid", "true");
   });
   $("log-clear").addEventListener("click", () => $("log").replaceChildren());
   $("text").addEventListener("input", updateCharCount);

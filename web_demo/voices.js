@@ -20,7 +20,6 @@ const ROLE_HINTS = {
 
 // The server's error codes (docs/http.md, "Voices") in words; its message follows.
 const ERROR_TITLES = {
-  unauthorized: "Not authorised: enter the server's API key in the Server panel",
   unreachable: "Server unreachable",
   starting: "The server is still starting",
   audio_empty: "The file is empty",
@@ -57,7 +56,10 @@ export class VoicePanel extends EventTarget {
   #recordTicker = null;
   #busy = false;
 
-  /** `api`: an HttpApi. Events: "error" (detail: an ApiError) for everything the panel shows as an error. */
+  /**
+   * `api`: an HttpApi. Events: "error" for everything the panel shows as an error; detail: `{ error }` (an ApiError)
+   * and `admin` (the request needed the admin key).
+   */
   constructor(api) {
     super();
     this.#api = api;
@@ -186,7 +188,7 @@ export class VoicePanel extends EventTarget {
       ui.log("in", "deleted", id);
       this.#setStatus(`Deleted ${voice?.name ?? id}.`, "ok");
     } catch (error) {
-      this.#setStatus(this.#fail(`Cannot delete ${voice?.name ?? id}`, error), "error");
+      this.#setStatus(this.#fail(`Cannot delete ${voice?.name ?? id}`, error, true), "error");
     }
     await this.refresh();
   }
@@ -323,7 +325,7 @@ export class VoicePanel extends EventTarget {
       this.#setStatus(`Added ${voice.name} (${voice.id}, ${voice.duration_s.toFixed(1)} s): speaking with it now.`, "ok");
       this.#resetForm();
     } catch (error) {
-      this.#setStatus(this.#fail("The server refused the voice", error), "error");
+      this.#setStatus(this.#fail("The server refused the voice", error, true), "error");
     } finally {
       this.#busy = false;
       this.#renderForm();
@@ -341,12 +343,19 @@ export class VoicePanel extends EventTarget {
 
   // ---- messages
 
-  /** Logs and reports a failed request; returns it in words: what failed, the server's message and code. */
-  #fail(what, error) {
+  /**
+   * Logs and reports a failed request (`admin`: one that adds or deletes a voice); returns it in words: what
+   * failed, the server's message and code.
+   */
+  #fail(what, error, admin = false) {
     const where = error.status ? `HTTP ${error.status} · ${error.code}` : error.code;
     ui.log("in", "error", `${where} · ${error.message}`, "error");
-    this.dispatchEvent(new CustomEvent("error", { detail: error }));
-    return `${ERROR_TITLES[error.code] ?? what}. ${error.message} (${where})`;
+    this.dispatchEvent(new CustomEvent("error", { detail: { error, admin } }));
+    const unauthorised = admin
+      ? "Not authorised to change voices: enter the admin key (or the API key) in the Server panel"
+      : "Not authorised: enter the server's API key in the Server panel";
+    const title = error.code === "unauthorized" ? unauthorised : (ERROR_TITLES[error.code] ?? what);
+    return `${title}. ${error.message} (${where})`;
   }
 
   #setStatus(text, level = "info") {

@@ -1,6 +1,6 @@
 """The web demo's Voices panel in headless Chromium against a real server on the tiny checkpoint: a voice added
 from a file or the microphone, spoken with over the WebSocket and deleted; the server's errors shown in its words;
-the page behind an API key.
+the page behind an API key and an admin key.
 
 What the page shows is checked against what really crossed the network (Playwright's view of the HTTP responses
 and WebSocket frames), not against the page's own bookkeeping.
@@ -151,8 +151,10 @@ def test_voice_from_the_microphone(page: Any, screenshot: Any) -> None:
     assert_clean(page)
 
 
-def test_page_behind_an_api_key(browser_context: Any, server_loop: Any, serve: Any, screenshot: Any) -> None:
-    with running(server_loop, serve, api_key="sekret") as server:
+def test_page_behind_api_and_admin_keys(
+    browser_context: Any, server_loop: Any, serve: Any, screenshot: Any, tmp_path: Path
+) -> None:
+    with running(server_loop, serve, api_key="sekret", admin_key="boss") as server:
         tab = open_demo(browser_context, f"{server.base_url}/")
         tab.wait_for_function("window.__ttsDemo.status === 'offline'", timeout=20_000)
         assert "Not authorised" in tab.inner_text("#status-text")
@@ -162,6 +164,7 @@ def test_page_behind_an_api_key(browser_context: Any, server_loop: Any, serve: A
         assert "enter the server's API key" in tab.inner_text("#voice-list")
         screenshot(tab, "locked")
 
+        # The API key opens the session and the listing: the page speaks.
         tab.fill("#api-key", "sekret")
         tab.click("#api-key-apply")
         tab.wait_for_function("window.__ttsDemo.status === 'ready'", timeout=20_000)
@@ -169,10 +172,28 @@ def test_page_behind_an_api_key(browser_context: Any, server_loop: Any, serve: A
         ctx = speak(tab, SHORT_TEXT)
         wait_turn(tab, ctx, "done")
         assert [f for f in tab.wire.frames(ctx) if f.kind == 1]
-        # The key stays with the tab: a reload connects at once.
+
+        # Adding a voice needs the admin key: refused with the API key, accepted with the admin key.
+        tab.set_input_files("#voice-file", wav_file(tmp_path))
+        refused = add_voice(tab, "Alice", TRANSCRIPT)
+        assert refused["status"] == 401 and refused["error"]["code"] == "unauthorized"
+        shown = voice_status(tab)
+        assert shown.startswith("Not authorised to change voices") and refused["error"]["message"] in shown
+        assert tab.get_attribute("#admin-key", "aria-invalid") == "true"
+        tab.fill("#admin-key", "boss")
+        tab.click("#api-key-apply")
+        voice = add_voice(tab, "Alice", TRANSCRIPT)
+        assert voice["status"] == 201
+        tab.once("dialog", lambda dialog: dialog.accept())
+        with tab.expect_response(lambda r: r.request.method == "DELETE") as answer:
+            tab.click(f"#voice-list li[data-id='{voice['id']}'] [data-action=delete]")
+        assert answer.value.status == 200
+
+        # The keys stay with the tab: a reload connects at once.
         tab.reload()
         tab.wait_for_function("window.__ttsDemo?.status === 'ready'", timeout=20_000)
         voices_loaded(tab)
+        assert tab.input_value("#admin-key") == "boss"
         assert_clean(tab, allow=(*HTTP_ERRORS, "WebSocket connection"))
         tab.close()
 
