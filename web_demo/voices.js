@@ -247,11 +247,13 @@ export class VoicePanel extends EventTarget {
     }
     const uploads = this.#info.voices.uploads;
     this.#setStatus(null);
+    $("voice-record").disabled = true; // until the browser (or the person, at its prompt) answers for the microphone
     try {
       await this.#recorder.start({ formats: uploads.formats, maxSeconds: uploads.max_duration_s });
     } catch (error) {
       const why = error.name === "NotAllowedError" ? "the browser or the user refused access" : error.message;
       this.#setStatus(`Cannot record: ${why || error.name}`, "error");
+      this.#renderForm();
       return;
     }
     ui.log("local", "recording", `up to ${uploads.max_duration_s} s`);
