@@ -45,6 +45,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,16 +135,26 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
-def proc_sample(pid: int) -> dict[str, float]:
-    """RSS, threads and open fds of the server, all its processes together."""
-    rss_kb = threads = fds = 0
+def proc_sample(pid: int) -> dict[str, Any]:
+    """RSS, threads and open fds of the server, all its processes together, and its threads counted by name (digits
+    dropped: `asyncio_0` and `asyncio_1` are one pool), which names the pool when the thread count moves."""
+    rss_kb = fds = 0
+    names: Counter[str] = Counter()
     tree = process_tree(pid)
     for member in tree:
         status = Path(f"/proc/{member}/status").read_text()
         rss_kb += next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
-        threads += len(os.listdir(f"/proc/{member}/task"))
+        for task in Path(f"/proc/{member}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                names[(task / "comm").read_text().strip().rstrip("0123456789")] += 1
         fds += len(os.listdir(f"/proc/{member}/fd"))
-    return {"rss_mib": round(rss_kb / 1024, 1), "processes": len(tree), "threads": threads, "fds": fds}
+    return {
+        "rss_mib": round(rss_kb / 1024, 1),
+        "processes": len(tree),
+        "threads": names.total(),
+        "fds": fds,
+        "thread_names": dict(sorted(names.items())),
+    }
 
 
 def idle(status: dict[str, Any]) -> bool:
@@ -182,6 +193,10 @@ def verdict(samples: list[dict[str, Any]], rss_tolerance: float) -> dict[str, An
         plateau = max(s[key] for s in first_half)
         limit = plateau * (1 + rss_tolerance) if key == "rss_mib" else plateau
         summary[key] = {"before": before[key], "plateau": plateau, "after": after[key], "ok": after[key] <= limit}
+    top = max(first_half, key=lambda s: s["threads"])["thread_names"]
+    summary["threads"]["grew"] = {
+        name: [top.get(name, 0), count] for name, count in after["thread_names"].items() if count > top.get(name, 0)
+    }
     pool = before["kv_blocks_free"]
     summary["kv_blocks_free"] = {
         "before": pool,
