@@ -1,6 +1,6 @@
 """CUDA graphs of the engine step's fixed-shape pieces, and the buckets that pick them.
 
-ModelRunner runs a step as a short pipeline of graph replays over static buffers (model_runner.py):
+ModelRunner runs a step as a short pipeline of graph replays over static buffers (engine/models/voxcpm/runner.py):
 - decode head, per batch bucket: the whole one-position backbone of the running streams (slot-state gathers,
   LocEnc, both LMs over the paged KV pool) and the solver's start (mu, noise, stop head). Input: the slot list.
 - prefill head, per batch bucket: the solver's start from the hiddens an admission's backbone left.

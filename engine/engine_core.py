@@ -7,8 +7,8 @@ import time
 import numpy as np
 
 from engine.config import EngineConfig
-from engine.model_runner import ModelRunner
 from engine.models.voxcpm.prompt import build_prompt
+from engine.models.voxcpm.runner import ModelRunner
 from engine.noise import draw_seed
 from engine.outputs import AudioChunk, EngineError, EngineStats
 from engine.params import GenerationRequest

@@ -15,10 +15,17 @@ from __future__ import annotations
 
 import math
 import secrets
+from typing import Protocol
 
 import torch
 
 _MASK32 = 0xFFFFFFFF
+
+
+class NoiseSource(Protocol):
+    """Rows of noise keyed by (seed, step): `standard_normal`, or draws a parity test injects."""
+
+    def __call__(self, seeds: torch.Tensor, steps: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor: ...
 
 
 def draw_seed() -> int:

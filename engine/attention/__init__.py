@@ -15,8 +15,8 @@ from typing import Protocol
 
 import torch
 
+from engine.attention.metadata import AttentionMetadata
 from engine.attention.torch_backend import TorchAttention
-from engine.batch import AttentionMetadata
 
 __all__ = ["AttentionBackend", "TorchAttention", "get_attention_backend"]
 

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from engine import kernels
+from engine.attention.metadata import AttentionMetadata
 from engine.attention.torch_backend import TorchAttention, write_kv
-from engine.batch import AttentionMetadata
 
 HEAD_DIMS = (64, 128)
 DTYPES = (torch.float16, torch.bfloat16)

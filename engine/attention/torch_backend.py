@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from engine import kernels
-from engine.batch import AttentionMetadata
+from engine.attention.metadata import AttentionMetadata
 
 
 def write_kv(

@@ -22,7 +22,7 @@ import torch
 
 from engine import AsyncEngine, EngineConfig
 from engine.engine_core import EngineCore
-from engine.model_runner import ModelRunner
+from engine.models.voxcpm.runner import ModelRunner
 from tests.engine.models.voxcpm.reference import load_reference
 from tests.engine.models.voxcpm.test_model import NUM_PATCHES, REL_TOL, _noise, run_reference
 from tests.servers import RunningServer, running_server

@@ -17,7 +17,7 @@ import torch
 from engine import cuda_graphs
 from engine.cuda_graphs import PrefillBuckets, bucket_sizes, smallest_fit
 from engine.engine_core import EngineCore
-from engine.model_runner import ModelRunner, native_convs
+from engine.models.voxcpm.runner import ModelRunner, native_convs
 from engine.params import GenerationParams, GenerationRequest, Prompt
 from tests.engine.helpers import engine_config
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from engine.engine_core import EngineCore
-from engine.model_runner import ModelRunner
+from engine.models.voxcpm.runner import ModelRunner
 from engine.params import GenerationParams, GenerationRequest
 from tests.engine.helpers import engine_config
 from tests.engine.models.voxcpm.reference import load_reference

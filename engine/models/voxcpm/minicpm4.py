@@ -18,7 +18,7 @@ from torch import nn
 
 from engine import kernels
 from engine.attention import AttentionBackend
-from engine.batch import AttentionMetadata
+from engine.attention.metadata import AttentionMetadata
 from engine.models.voxcpm.config import MiniCPM4Config
 
 

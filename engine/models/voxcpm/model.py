@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.attention import AttentionBackend, get_attention_backend
-from engine.batch import BackboneInputs, ModelInputs, ModelOutputs
+from engine.models.voxcpm.batch import BackboneInputs, ModelInputs, ModelOutputs
 from engine.models.voxcpm.cfm import CFM, FlowState
 from engine.models.voxcpm.config import VoxCPMConfig
 from engine.models.voxcpm.locdit import LocDiT
@@ -140,7 +140,7 @@ class VoxCPMModel(nn.Module):
 
     @torch.inference_mode()
     def forward(self, inputs: ModelInputs, max_timesteps: int | None = None) -> ModelOutputs:
-        """One step per engine/batch.py: `backbone` then `generate`. `max_timesteps` (host int, >= every row's
+        """One step per batch.py: `backbone` then `generate`. `max_timesteps` (host int, >= every row's
         timesteps) saves reading `inputs.timesteps.max()` back from the device (needed for CUDA graphs)."""
         lm_h, res_h, cond = self.backbone(inputs)
         if max_timesteps is None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine.attention import get_attention_backend
-from engine.batch import AttentionMetadata
+from engine.attention.metadata import AttentionMetadata
 
 HEADS, KV_HEADS, DIM, BLOCK = 8, 2, 16, 4
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.batch import AttentionMetadata, ModelInputs, ModelOutputs
+from engine.attention.metadata import AttentionMetadata
+from engine.models.voxcpm.batch import ModelInputs, ModelOutputs
 from engine.models.voxcpm.model import VoxCPMModel
 from engine.models.voxcpm.prompt import PackedPrompt
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.batch import ModelInputs, ModelOutputs
+from engine.models.voxcpm.batch import ModelInputs, ModelOutputs
 from engine.models.voxcpm.model import VoxCPMModel
 
 

@@ -34,7 +34,7 @@ attention, other kernels) land closer to each other than either is to fp32: 0..3
     with heavy cancellation (|logit| ~0.1..1 from a 128-wide hidden of unit-scale entries), so its relative
     error is the hidden's absolute error magnified: bf16 vs fp32 is 3e-2..7e-2 here, OURS vs REF 1.5e-2..4.5e-2
     on the CPU; the anchor is the sharp check, STOP_TOL the guard against a broken head or a misaligned step.
-VAE: the engine decodes in fp32 (engine/model_runner.py) with the streaming decoder; on CUDA under PyTorch's default
+VAE: the engine decodes in fp32 (voxcpm/runner.py) with the streaming decoder; on CUDA under PyTorch's default
 cuDNN flags its convolutions may run in TF32 (11 significant bits, u = 2^-11 = 4.9e-4; emulating TF32 rounding of
 conv inputs and weights on the CPU gives 1.4e-3..2.0e-3 relative RMS on these VAEs), so its streamed audio is
 compared with the reference's offline fp32 CPU decode at relative RMS VAE_TF32_TOL = 1e-2 with the flags as the
@@ -231,7 +231,7 @@ def test_vae_streaming_decode_matches_reference(name: str) -> None:
     with torch.no_grad():
         expected = ref.decode(z)[0, 0]
     assert 0.2 < expected.std() < 0.9  # in tanh's linear range, so the comparison is sensitive
-    vae = ours.fold_weight_norm().to("cuda", torch.float32)  # engine/model_runner.py: vae_dtype fp32 for bf16
+    vae = ours.fold_weight_norm().to("cuda", torch.float32)  # engine/models/voxcpm/runner.py: vae_dtype fp32 for bf16
     errors = {}
     engine_flags = torch.backends.cudnn.allow_tf32  # the engine leaves PyTorch's defaults alone (True)
     for tf32 in (engine_flags, False):

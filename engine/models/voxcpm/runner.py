@@ -2,7 +2,7 @@
 
 One `run(batch)` is one engine step, in two parts: the running streams (decode) and the requests admitted this step
 (prefill). Each part is a pipeline over static device buffers, replayed piece by piece from CUDA graphs per batch
-bucket on CUDA (cuda_graphs.py) and run eagerly, the same code, elsewhere:
+bucket on CUDA (engine/cuda_graphs.py) and run eagerly, the same code, elsewhere:
 1. head: the backbone, then the solver's start (`VoxCPMModel.start`) into the static solver state `flow`.
    Decode: the one-position backbone from slot state, inside the decode head's graph. Prefill: the backbone over
    the prompts (variable length: replayed from a graph per (token, sequence) bucket when the admission is small
@@ -33,17 +33,19 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
 
-from engine.batch import AttentionMetadata, BackboneInputs
+from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
 from engine.cuda_graphs import GraphSet, PrefillBuckets, bucket_sizes, smallest_fit
+from engine.device import resolve_device, resolve_dtype
+from engine.models.voxcpm.batch import BackboneInputs
 from engine.models.voxcpm.checkpoint import LoadedVoxCPM, load_voxcpm
 from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
-from engine.noise import standard_normal
+from engine.noise import NoiseSource, standard_normal
 from engine.outputs import ModelInfo
 from engine.sequence import Sequence
 
@@ -52,10 +54,6 @@ T = TypeVar("T")
 # The reference decodes continuation output together with up to 3 trailing prompt patches
 # (`streaming_prefix_len - 1`); priming the streaming decoder with them reproduces that audio.
 DECODE_CONTEXT_PATCHES = 3
-
-
-class NoiseSource(Protocol):
-    def __call__(self, seeds: torch.Tensor, steps: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor: ...
 
 
 @dataclass(slots=True)
@@ -105,19 +103,6 @@ def native_convs() -> Iterator[None]:
     """
     with torch.backends.cudnn.flags(enabled=False):
         yield
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    names = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    return names[name]
 
 
 def most_steps_first(seqs: list[Sequence]) -> list[Sequence]:

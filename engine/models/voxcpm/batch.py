@@ -1,4 +1,4 @@
-"""The contract between the runtime (model_runner) and the model: one packed forward step.
+"""The contract between the VoxCPM runner (runner.py) and the model: one packed forward step.
 
 A step carries B sequences. Prefilling sequences contribute their prompt positions, decoding ones a
 single position (the patch generated last step, fed back as an audio position). All positions are
@@ -16,18 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-
-@dataclass(slots=True)
-class AttentionMetadata:
-    """Where the causal layers (base LM, residual LM) read and write their paged KV cache."""
-
-    cu_seqlens_q: torch.Tensor  # int32 [B+1], offsets of each sequence's new positions in the packed axis
-    seq_lens: torch.Tensor  # int32 [B], KV length of each sequence after this step (cached + new)
-    max_seqlen_q: int
-    max_seqlen_k: int
-    slot_mapping: torch.Tensor  # int64 [N], flat KV slot (block_id * block_size + offset) per new position
-    block_tables: torch.Tensor  # int32 [B, max_blocks], padded with a scratch block; read up to seq_lens
-    decode_only: bool  # every sequence has exactly one new position
+from engine.attention.metadata import AttentionMetadata
 
 
 @dataclass(slots=True)

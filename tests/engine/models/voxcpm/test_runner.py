@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.batch import BackboneInputs, ModelInputs
 from engine.engine_core import EngineCore
-from engine.model_runner import ModelRunner
+from engine.models.voxcpm.batch import BackboneInputs, ModelInputs
+from engine.models.voxcpm.runner import ModelRunner
 from engine.params import GenerationParams, GenerationRequest, Prompt
 from tests.engine.helpers import engine_config
 from tests.engine.models.voxcpm.single_forward import single_forward
