@@ -90,22 +90,24 @@ class Client:
         buffering: Mapping[str, Any] | None = None,
         generation: Mapping[str, Any] | None = None,
         text: str | None = None,
+        decode: bool = True,
     ) -> Context:
         """Open a context (`context.create`; the settings are the protocol's, e.g. `output={"format": "opus"}`).
-        Raises `ContextFailed` if the server refuses it (`bad_voice`, `bad_format`, `too_many_contexts`, ...)."""
+        Raises `ContextFailed` if the server refuses it (`bad_voice`, `bad_format`, `too_many_contexts`, ...).
+        `decode=False`: the context yields each frame as sent (`Packet`) instead of decoded `Audio`."""
         settings = {"voice": voice, "output": output, "buffering": buffering, "generation": generation, "text": text}
         fields = {name: dict(v) if isinstance(v, Mapping) else v for name, v in settings.items() if v is not None}
         ctx = ctx or uuid.uuid4().hex
         connection = await self.connect()
         try:
-            return await connection.create(ctx, fields)
+            return await connection.create(ctx, fields, decode=decode)
         except ContextFailed as failed:
             if failed.code != "over_capacity":
                 raise
             connection.draining = True  # the create raced the draining warning
         except ConnectionLost:
             pass  # the session closed under the create (idle timeout, drain): once more on a new one
-        return await (await self.connect()).create(ctx, fields)
+        return await (await self.connect()).create(ctx, fields, decode=decode)
 
     async def synthesize(self, text: str, **settings: Any) -> Synthesis:
         """One whole text: a context with `text`, ended at once, collected (audio, segment timing, result)."""

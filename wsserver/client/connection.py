@@ -71,11 +71,11 @@ class Connection:
         except ConnectionClosed as closed:
             raise self._closed(closed) from closed
 
-    async def create(self, ctx: str, fields: dict[str, Any]) -> Context:
+    async def create(self, ctx: str, fields: dict[str, Any], *, decode: bool = True) -> Context:
         """`context.create`, answered: the context once `context.created` came (ContextFailed if it was refused)."""
         if ctx in self.contexts:
             raise ValueError(f"context {ctx!r} is open on this session")
-        context = Context(self, ctx)
+        context = Context(self, ctx, decode=decode)
         self.contexts[ctx] = context
         try:
             await self.send("context.create", ctx=ctx, **fields)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from wsserver.client.decode import Decoder, decoder_for
+from wsserver.client.decode import Decoder, decoder_for, packet_samples
 from wsserver.client.events import (
     Audio,
     Cancelled,
@@ -25,6 +25,7 @@ from wsserver.client.events import (
     Event,
     Flushed,
     Notice,
+    Packet,
     Queued,
     Refused,
     SegmentEnd,
@@ -57,8 +58,9 @@ class Context:
     """A context on an open session. Iterate it (one consumer) for its events; iteration ends after `Done` or
     `Cancelled` and raises `ContextFailed` or `ConnectionLost` when the context ended that way."""
 
-    def __init__(self, connection: Connection, ctx: str) -> None:
+    def __init__(self, connection: Connection, ctx: str, *, decode: bool = True) -> None:
         self.id = ctx
+        self.decode = decode  # False: frames are yielded as `Packet`s, as sent
         self.handle: int | None = None
         self.output: dict[str, Any] = {}  # the resolved output of `context.created`
         self.result: Done | Cancelled | None = None
@@ -136,12 +138,14 @@ class Context:
 
     async def audio(self) -> AsyncIterator[Audio]:
         """Only the audio of the context (the other events are skipped)."""
+        self._require_decoding("audio()")
         async for event in self:
             if isinstance(event, Audio):
                 yield event
 
     async def collect(self) -> Synthesis:
         """Every event until the end, gathered: the audio joined, the segments with their timing, the result."""
+        self._require_decoding("collect()")
         pcm: list[bytes] = []
         segments: list[SegmentEnd] = []
         async for event in self:
@@ -158,7 +162,8 @@ class Context:
         kind = message["type"]
         if kind == "context.created":
             self.handle, self.output = message["handle"], message["output"]
-            self._decoder = decoder_for(self.output)
+            if self.decode:
+                self._decoder = decoder_for(self.output)
             self._clock = OPUS_CLOCK if self.output["format"] == "opus" else self.sample_rate
             self._created.set_result(None)
         elif kind == "segment.started":
@@ -180,28 +185,39 @@ class Context:
                 self._push(Refused(message["code"], message["message"]))
 
     def on_frame(self, header: FrameHeader, payload: bytes) -> None:
-        assert self._decoder is not None, "frames come after context.created"
         if header.kind == KIND_CODEC:
-            self._decoder.codec_header(payload)
+            if self._decoder is not None:  # a context that does not decode has no use for the OpusHead
+                self._decoder.codec_header(payload)
             return
         if self._cancelling:
             return
         segment = header.segment
         if payload:  # an empty frame only marks the end of the context
             self._last_seq = header.seq
-            pcm, start_s = self._decoder.decode(payload, header.pts)
+            audio = self._audio(header, payload)
             if segment not in self._starts:
                 self._starts[segment] = header.pts / self._clock
                 self._push(SegmentStart(segment, self._texts.get(segment, ""), self._starts[segment]))
-            self._push(
-                Audio(pcm, self.sample_rate, self._decoder.sample_format, start_s, header.seq, segment, header.flags)
-            )
+            self._push(audio)
         if header.flags & FLAG_SEGMENT_END and segment in self._starts and segment not in self._ended_segments:
             # A segment's last frame carries the flag; the end marker repeats it for the last segment.
             self._ended_segments.add(segment)
             frame_ticks = self.output["frame_ms"] * self._clock // 1000 if payload else 0
             end_s = (header.pts + frame_ticks) / self._clock
             self._push(SegmentEnd(segment, self._texts.get(segment, ""), self._starts[segment], end_s))
+
+    def _audio(self, header: FrameHeader, payload: bytes) -> Audio | Packet:
+        rate = self.sample_rate
+        if self._decoder is None:
+            fmt, start_s = self.output["format"], header.pts / self._clock
+            samples = packet_samples(fmt, payload, rate)
+            return Packet(payload, fmt, rate, samples, start_s, header.seq, header.segment, header.flags)
+        pcm, start_s = self._decoder.decode(payload, header.pts)
+        return Audio(pcm, rate, self._decoder.sample_format, start_s, header.seq, header.segment, header.flags)
+
+    def _require_decoding(self, what: str) -> None:
+        if not self.decode:
+            raise ValueError(f"{what} needs decoded audio: this context was created with decode=False (iterate it)")
 
     def finish(self, ending: Ending) -> None:
         """The context is over: its last event is queued, a waiting create or cancel is answered."""

@@ -1,21 +1,31 @@
 """Frame payloads -> PCM, one decoder per context, chosen by the output that `context.created` announced.
 
 Opus is decoded by libopus (opuslib) with one decoder per context, as the server encodes with one encoder per
-context; mu-law by the G.711 table; PCM passes through.
+context; mu-law by the G.711 table; PCM passes through. `packet_samples` counts a payload's samples without decoding
+it (contexts created with `decode=False`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import struct
 from typing import Any
 
 import numpy as np
 import opuslib
+import opuslib.api
 
 from wsserver.frames import OPUS_CLOCK
 
 MAX_OPUS_PACKET_MS = 120  # the longest an Opus packet can last (RFC 6716)
+SAMPLE_BYTES = {"pcm_s16le": 2, "pcm_f32le": 4, "mulaw": 1}
+
+# libopus reads a packet's duration from its TOC byte (and frame count) without decoding it. opuslib's own wrapper of
+# opus_packet_get_samples_per_frame calls the wrong function, so the C function is bound here.
+_opus_packet_get_nb_samples = opuslib.api.libopus.opus_packet_get_nb_samples
+_opus_packet_get_nb_samples.argtypes = (ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32)
+_opus_packet_get_nb_samples.restype = ctypes.c_int
 
 
 class PcmDecoder:
@@ -83,6 +93,19 @@ def decoder_for(output: dict[str, Any]) -> Decoder:
     if fmt in ("pcm_s16le", "pcm_f32le"):
         return PcmDecoder(fmt, rate)
     raise ValueError(f"unknown audio format {fmt!r}")
+
+
+def packet_samples(fmt: str, payload: bytes, rate: int) -> int:
+    """How many samples at `rate` one frame's payload holds, without decoding it: Opus from the packet's TOC byte
+    (libopus), mu-law and PCM from the payload's length."""
+    if fmt == "opus":
+        samples = _opus_packet_get_nb_samples(payload, len(payload), rate)
+        if samples < 0:  # OPUS_BAD_ARG or OPUS_INVALID_PACKET
+            raise ValueError(f"not an Opus packet ({len(payload)} bytes, libopus error {samples})")
+        return samples
+    if fmt not in SAMPLE_BYTES:
+        raise ValueError(f"unknown audio format {fmt!r}")
+    return len(payload) // SAMPLE_BYTES[fmt]
 
 
 @functools.cache

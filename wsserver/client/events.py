@@ -49,6 +49,35 @@ class Audio:
 
 
 @dataclass(frozen=True, slots=True)
+class Packet:
+    """One frame as the server sent it, not decoded (contexts created with `decode=False`): an Opus packet, mu-law
+    bytes or PCM, for a client that relays the audio on (Opus to a browser or a WebRTC track) or only counts it.
+    `samples` at `sample_rate` is counted from the packet (an Opus packet's TOC byte), so the first Opus packet's
+    count includes the pre-skip a decoder drops; `start_s` is the frame's `pts` over its clock."""
+
+    payload: bytes
+    format: str  # as `context.created` announced it: "opus", "mulaw", "pcm_s16le", "pcm_f32le"
+    sample_rate: int
+    samples: int
+    start_s: float
+    seq: int
+    segment: int
+    flags: int
+
+    @property
+    def duration_s(self) -> float:
+        return self.samples / self.sample_rate
+
+    @property
+    def last_of_segment(self) -> bool:
+        return bool(self.flags & FLAG_SEGMENT_END)
+
+    @property
+    def last_of_context(self) -> bool:
+        return bool(self.flags & FLAG_CONTEXT_END)
+
+
+@dataclass(frozen=True, slots=True)
 class SegmentStart:
     """Yielded just before the first audio of a segment: its text (exactly as sent, trailing whitespace included)
     starts being spoken at `start_s`. Captions: this is all the timing the model gives (no word timing)."""
@@ -117,7 +146,7 @@ class Cancelled:
     last_seq: int
 
 
-Event = Audio | SegmentStart | SegmentEnd | Flushed | Queued | Notice | Refused | Done | Cancelled
+Event = Audio | Packet | SegmentStart | SegmentEnd | Flushed | Queued | Notice | Refused | Done | Cancelled
 
 
 class ClientError(Exception):

@@ -22,6 +22,7 @@ from wsserver.client import (
     Done,
     Flushed,
     Notice,
+    Packet,
     Refused,
     Rejected,
     SegmentEnd,
@@ -84,6 +85,26 @@ async def test_coded_audio_decodes_to_the_same_waveform_as_pcm(serve: ServeFacto
         assert got.size == want.size
     assert np.corrcoef(want, got)[0, 1] > 0.9
     assert [s.text for s in coded.segments] == [s.text for s in reference.segments]
+
+
+@pytest.mark.parametrize(("fmt", "rate"), [("opus", 48000), ("mulaw", 8000), ("pcm_s16le", 24000)])
+async def test_an_undecoded_context_yields_the_frames_as_sent(serve: ServeFactory, fmt: str, rate: int) -> None:
+    async with serve(max_patches=3) as running, Client(running.ws_url) as client:
+        ctx = await client.context(output={"format": fmt, "sample_rate": rate}, text=TEXT, decode=False)
+        await ctx.end()
+        events = [event async for event in ctx]
+    packets = [e for e in events if isinstance(e, Packet)]
+    done = events[-1]
+    assert isinstance(done, Done) and not any(isinstance(e, Audio) for e in events)
+    assert [p.seq for p in packets] == list(range(len(packets))) and packets[-1].seq == done.last_seq
+    assert all(p.format == fmt and p.sample_rate == rate and p.samples == rate // 50 for p in packets)  # 20 ms
+    # counted from the packets, the audio lasts what the server says it sent
+    assert sum(p.samples for p in packets) == done.audio_ms * rate // 1000
+    assert [p.start_s for p in packets] == pytest.approx([p.seq * 0.02 for p in packets])
+    with pytest.raises(ValueError, match="decode=False"):
+        await ctx.collect()
+    with pytest.raises(ValueError, match="decode=False"):
+        await anext(ctx.audio())
 
 
 async def test_flush_is_an_event_after_the_flushed_audio(serve: ServeFactory) -> None:

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
+import opuslib
 import pytest
 
 from wsserver.audio import AudioOut, mulaw_encode
-from wsserver.client.decode import MulawDecoder, OpusDecoder, PcmDecoder, _mulaw_table, decoder_for
+from wsserver.client.decode import (
+    MulawDecoder,
+    OpusDecoder,
+    PcmDecoder,
+    _mulaw_table,
+    decoder_for,
+    packet_samples,
+)
 from wsserver.frames import FrameHeader
 from wsserver.messages import OutputSettings
 
@@ -62,3 +70,29 @@ def test_pcm_passes_through_with_its_sample_format() -> None:
         decoder.codec_header(b"OpusHead")
     with pytest.raises(ValueError, match="unknown audio format"):
         decoder_for({"format": "mp3", "sample_rate": 16000})
+
+
+@pytest.mark.parametrize("rate", [8000, 12000, 16000, 24000, 48000])
+def test_an_opus_packet_counts_its_samples_without_decoding(rate: int) -> None:
+    encoder = opuslib.Encoder(rate, 1, opuslib.APPLICATION_AUDIO)
+    for frame_ms in (2.5, 5, 10, 20, 40, 60):
+        n = int(rate * frame_ms / 1000)
+        packet = encoder.encode(np.zeros(n, "<i2").tobytes(), n)
+        assert packet_samples("opus", packet, rate) == n
+    # Counted at another rate than it was coded at, a packet lasts as long: 20 ms is 960 samples at 48 kHz.
+    assert packet_samples("opus", packet, 48000) == 2880
+
+
+def test_coded_and_pcm_payloads_count_by_their_sample_width() -> None:
+    assert packet_samples("pcm_s16le", b"\x00" * 640, 16000) == 320
+    assert packet_samples("pcm_f32le", b"\x00" * 640, 16000) == 160
+    assert packet_samples("mulaw", b"\xff" * 160, 8000) == 160
+
+
+def test_a_payload_that_is_no_packet_is_refused_clearly() -> None:
+    with pytest.raises(ValueError, match="not an Opus packet"):
+        packet_samples("opus", b"", 48000)
+    with pytest.raises(ValueError, match="not an Opus packet"):
+        packet_samples("opus", bytes([0x03, 0xFF]), 48000)  # code 3 with an impossible frame count
+    with pytest.raises(ValueError, match="unknown audio format"):
+        packet_samples("mp3", b"\x00" * 4, 48000)
