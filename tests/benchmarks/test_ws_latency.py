@@ -1,0 +1,122 @@
+"""benchmarks/ws_latency.py against a server process tree on the tiny checkpoint: one JSON line per format, with audio
+counted from the packets that matches the server's count and the PCM run's, and the CPU of every process role. Its
+settings, roles and CPU accounting without a server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from benchmarks.ws_latency import (
+    Setting,
+    check_setting,
+    cpu_report,
+    parse_args,
+    process_cpu_s,
+    server_roles,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+HELLO = {"formats": ["pcm_s16le", "pcm_f32le", "opus", "mulaw"], "sample_rates": [8000, 16000, 24000, 48000]}
+
+
+def test_two_sessions_in_each_format_report_latency_audio_and_cpu(tiny_checkpoint: Callable[..., Path]) -> None:
+    checkpoint = tiny_checkpoint("voxcpm2", stop=False)  # every segment runs to its cap: lengths are known
+    command = [
+        *(sys.executable, str(REPO / "benchmarks" / "ws_latency.py"), "--model", str(checkpoint)),
+        *("--sessions", "2", "--workers", "2", "--max-patches", "8"),
+        # One word, sent at once and ended: one segment per context, however the machine's load times the appends.
+        *("--text", "Morning.", "--format", "pcm_s16le", "opus", "mulaw"),
+    ]
+    run = subprocess.run(
+        command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, timeout=300, check=False
+    )
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    lines = [orjson.loads(line) for line in run.stdout.splitlines()]
+    assert [(line["format"], line["sample_rate"], line["sessions"]) for line in lines] == [
+        ("pcm_s16le", 48000, 2),  # the tiny model's own rate
+        ("opus", 48000, 2),
+        ("mulaw", 8000, 2),
+    ]
+    pcm = lines[0]
+    for line in lines:
+        assert line["workers"] == 2 and line["engines"] == 1
+        latency = line["first_text_to_first_frame_ms"]
+        assert 0 < latency["p50"] <= latency["p90"] <= latency["p95"] <= latency["p99"] <= latency["max"]
+        # Counted from the packets (Opus: their TOC bytes), the audio is what the server sent, and as long in
+        # every format: one segment of 8 patches per session, padded to whole 20 ms frames.
+        assert line["audio_s"] == line["server_audio_s"] == pcm["audio_s"] > 0
+        assert line["xrt"] == pytest.approx(line["audio_s"] / line["wall_s"], rel=0.05)  # of the rounded figures
+        assert 0 <= line["starved_sessions"] <= 2
+        cpu = line["cpu"]
+        assert cpu["window_s"] == pytest.approx(line["wall_s"], abs=0.01)
+        assert set(cpu) == {"window_s", "client", "supervisor", "engines", "workers"}
+        assert [cpu[role]["processes"] for role in ("client", "supervisor", "engines", "workers")] == [1, 1, 1, 2]
+        assert cpu["engines"]["cpu_s"] > 0  # the engine generated on the CPU meanwhile
+        for role in ("client", "supervisor", "engines", "workers"):
+            figures = cpu[role]
+            assert 0 <= figures["cpu_s_max"] <= figures["cpu_s"] and 0 <= figures["util_max"] <= figures["util"]
+        engines = cpu["engines"]
+        assert engines["util"] == pytest.approx(engines["cpu_s"] / cpu["window_s"], rel=0.05)  # of rounded figures
+
+
+def test_settings_pair_rates_with_formats_and_refuse_what_the_server_cannot_make(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = parse_args(["--format", "opus", "pcm_s16le", "--sample-rate", "48000", "24000", "--sessions", "1", "512"])
+    assert args.settings == [Setting("opus", 48000), Setting("pcm_s16le", 24000)] and args.sessions == [1, 512]
+    assert parse_args(["--format", "mulaw", "opus"]).settings == [Setting("mulaw", None), Setting("opus", None)]
+    assert parse_args(["--device", "cuda"]).sessions == [1, 32, 128, 256]  # as before: PCM at the model's rate
+    refused = {
+        ("--format", "mulaw", "--sample-rate", "16000"): "mulaw is 8000 Hz only",
+        ("--format", "opus", "pcm_s16le", "--sample-rate", "44100"): "opus takes --sample-rate",
+        ("--format", "opus", "pcm_s16le", "mulaw", "--sample-rate", "48000", "24000"): "one per --format",
+        ("--format", "flac"): "invalid choice",
+        ("--sessions", "0"): "at least 1",
+    }
+    for argv, message in refused.items():
+        with pytest.raises(SystemExit):
+            parse_args(list(argv))
+        assert message in capsys.readouterr().err
+    # What only the server's hello tells: its formats and PCM rates.
+    check_setting(Setting("pcm_s16le", 24000), {**HELLO, "model": {"sample_rate": 48000}})
+    with pytest.raises(ValueError, match="PCM rates are 8000, 16000, 24000, 48000"):
+        check_setting(Setting("pcm_s16le", 22050), {**HELLO, "model": {"sample_rate": 48000}})
+    with pytest.raises(ValueError, match="the server offers pcm_s16le, not opus"):
+        check_setting(Setting("opus", None), {**HELLO, "formats": ["pcm_s16le"], "model": {"sample_rate": 48000}})
+
+
+@pytest.fixture
+def two_children() -> Iterator[list[int]]:
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]
+    yield [child.pid for child in children]
+    for child in children:
+        child.kill()
+        child.wait()
+
+
+def test_roles_come_from_status_and_the_supervisor_is_the_workers_parent(two_children: list[int]) -> None:
+    engine, worker = two_children
+    status = {"engines": [{"pid": engine}], "worker_processes": [{"pid": worker}]}
+    assert server_roles(status, 1234) == {"supervisor": [1234], "engines": [engine], "workers": [worker]}
+    # --url: the supervisor is found as the common parent of the engines and workers
+    assert server_roles(status, None) == {"supervisor": [os.getpid()], "engines": [engine], "workers": [worker]}
+    # --workers 0: one process is engine and worker
+    single = {"engines": [{"pid": engine}], "worker_processes": [{"pid": engine}]}
+    assert server_roles(single, engine) == {"server": [engine]}
+
+
+def test_a_role_with_a_process_that_cannot_be_read_is_null() -> None:
+    assert process_cpu_s(os.getpid()) is not None and process_cpu_s(2**22 + 1) is None  # above Linux's pid_max
+    roles = {"engines": [10], "workers": [11, 12]}
+    before = {10: 1.0, 11: 2.0, 12: 3.0}
+    after = {10: 3.0, 11: 2.5, 12: None}  # worker 12 died during the window
+    report = cpu_report(roles, before, after, client_cpu_s=0.5, window_s=2.0)
+    assert report["engines"] == {"processes": 1, "cpu_s": 2.0, "util": 1.0, "cpu_s_max": 2.0, "util_max": 1.0}
+    assert report["workers"] is None and report["client"]["util"] == 0.25
