@@ -1,12 +1,14 @@
-"""benchmarks/ws_latency.py against a server process tree on the tiny checkpoint: one JSON line per format, with audio
-counted from the packets that matches the server's count and the PCM run's, and the CPU of every process role. Its
-settings, roles and CPU accounting without a server."""
+"""benchmarks/ws_latency.py against a server process tree on the tiny checkpoint, started by the script or running at
+`--url`: one JSON line per format, with audio counted from the packets that matches the server's count and the PCM
+run's, and the CPU of every process role. Its settings, roles and CPU accounting without a server."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+from asyncio.subprocess import PIPE
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from benchmarks.ws_latency import (
     process_cpu_s,
     server_roles,
 )
+from tests.servers import server_process
 
 REPO = Path(__file__).resolve().parents[2]
 HELLO = {"formats": ["pcm_s16le", "pcm_f32le", "opus", "mulaw"], "sample_rates": [8000, 16000, 24000, 48000]}
@@ -64,6 +67,32 @@ def test_two_sessions_in_each_format_report_latency_audio_and_cpu(tiny_checkpoin
             assert 0 <= figures["cpu_s_max"] <= figures["cpu_s"] and 0 <= figures["util_max"] <= figures["util"]
         engines = cpu["engines"]
         assert engines["util"] == pytest.approx(engines["cpu_s"] / cpu["window_s"], rel=0.05)  # of rounded figures
+
+
+async def test_a_running_server_is_measured_at_its_url_and_a_rate_it_cannot_make_stops_the_run(
+    tiny_checkpoint: Callable[..., Path],
+) -> None:
+    async with server_process(tiny_checkpoint("voxcpm2", stop=False), "--workers", "2", "--max-patches", "4") as server:
+        script = (sys.executable, str(REPO / "benchmarks" / "ws_latency.py"), "--url", server.http, "--sessions", "1")
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        refused = await asyncio.create_subprocess_exec(
+            *script, "--sample-rate", "22050", cwd=REPO, env=env, stdout=PIPE, stderr=PIPE
+        )
+        out, err = await refused.communicate()
+        assert refused.returncode == 1 and not out
+        assert (
+            err.decode().strip()
+            == "ws_latency: the server's PCM rates are 8000, 16000, 24000, 48000 (the model's is 48000), not 22050"
+        )
+        measured = await asyncio.create_subprocess_exec(
+            *script, "--text", "Morning.", cwd=REPO, env=env, stdout=PIPE, stderr=PIPE
+        )
+        out, err = await measured.communicate()
+        assert measured.returncode == 0, err.decode()[-3000:]
+    [line] = [orjson.loads(text) for text in out.splitlines()]
+    assert line["device"] is None and line["max_patches"] is None and line["audio_s"] == line["server_audio_s"] > 0
+    # the supervisor is found as the workers' and the engine's parent
+    assert [line["cpu"][role]["processes"] for role in ("supervisor", "engines", "workers")] == [1, 1, 2]
 
 
 def test_settings_pair_rates_with_formats_and_refuse_what_the_server_cannot_make(
