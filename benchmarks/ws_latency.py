@@ -13,7 +13,8 @@ sessions. Before the first level of a setting, twice as many sessions as the ser
 
 One JSON line per setting and session count:
 
-- `sessions`, `format`, `sample_rate` (as the server resolved it), `workers` and `engines` (processes serving);
+- `sessions`, `format`, `sample_rate` (as the server resolved it), `workers` and `engines` (processes serving; 0
+  workers: the server is one process);
 - `first_text_to_first_frame_ms`: from sending the first word to receiving the first audio frame (p50, p90, p95, p99,
   max over the sessions);
 - `worst_gap_ms` (all sessions) and `worst_gap_p95_ms` (of each session's worst) between consecutive audio frames;
@@ -365,7 +366,7 @@ def result_line(
         "max_patches": args.max_patches,
         "word_gap_ms": args.word_gap_ms,
         "workers": len(roles.get("workers", [])),
-        "engines": len(roles.get("engines", [])),
+        "engines": len(roles["engines"]) if "engines" in roles else 1,  # a server in one process serves one engine
         "first_text_to_first_frame_ms": {
             "p50": round(statistics.median(first), 1),
             **{f"p{q}": round(percentile(first, q / 100), 1) for q in (90, 95, 99)},
@@ -390,6 +391,7 @@ def result_line(
 
 
 async def measure(args: argparse.Namespace, base: str, supervisor: int | None) -> None:
+    """Every setting at every session count; `supervisor`: the server's top process, if this script started it."""
     url = base.replace("http://", "ws://") + "/v1/tts/ws"
     async with Client(url, open_timeout_s=60) as probe:
         hello = probe.hello
@@ -400,7 +402,6 @@ async def measure(args: argparse.Namespace, base: str, supervisor: int | None) -
         raise SystemExit(f"ws_latency: {bad}") from None
     for setting in args.settings:
         status = await wait_disconnected(base)
-        roles = server_roles(status, supervisor)
         # Warm-up, unmeasured: a few sessions for every worker, so that each has served this format once.
         warmup = min(max(args.sessions), 2 * len(status["worker_processes"]))
         await run_level(url, warmup, args, setting, lambda: {})
@@ -411,7 +412,7 @@ async def measure(args: argparse.Namespace, base: str, supervisor: int | None) -
             samples: list[dict[str, Any]] = []
             sampler = asyncio.create_task(sample_engine(base, samples))
             profiler = None
-            if sessions == args.profile_sessions and supervisor is not None:
+            if sessions == args.profile_sessions:
                 profiler = subprocess.Popen(
                     [
                         *("py-spy", "record", "--pid", str(supervisor), "--subprocesses", "--format", "raw"),
@@ -504,6 +505,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(str(bad))
     if any(count < 1 for count in args.sessions or ()):
         parser.error("--sessions counts must be at least 1")
+    if args.url is not None and args.profile_sessions is not None:
+        parser.error("--profile-sessions records the server this script starts, not one at --url")
     args.sessions = args.sessions or ([1, 32, 128, 256] if args.device.startswith("cuda") else [1, 8])
     return args
 

@@ -108,6 +108,7 @@ def test_settings_pair_rates_with_formats_and_refuse_what_the_server_cannot_make
         ("--format", "opus", "pcm_s16le", "mulaw", "--sample-rate", "48000", "24000"): "one per --format",
         ("--format", "flac"): "invalid choice",
         ("--sessions", "0"): "at least 1",
+        ("--url", "http://127.0.0.1:1", "--profile-sessions", "8"): "not one at --url",
     }
     for argv, message in refused.items():
         with pytest.raises(SystemExit):
