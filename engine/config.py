@@ -13,7 +13,10 @@ class EngineConfig:
     max_num_seqs: int = 256  # concurrent running requests (engine slots)
     max_model_len: int = 4096  # LM positions per request: prompt + generated patches
     kv_block_size: int = 256  # flash-attn's paged kernel needs a multiple of 256
-    num_kv_blocks: int | None = None  # None: sized from max_num_seqs and max_model_len
+    num_kv_blocks: int | None = None  # None: sized from max_num_seqs and max_model_len, within kv_memory_fraction
+    # On CUDA the KV pool takes at most this share of the device memory free once the weights are loaded; the rest
+    # is for the step's activations, the decoders' per-slot state and the CUDA graphs' pools.
+    kv_memory_fraction: float = 0.8
     max_prefill_tokens: int = 8192  # prompt positions admitted per step
     max_patches: int = 2000  # absolute cap on generated patches per request
     # When idle, the first arrival waits for the rest of its burst: admission starts once no request arrived for
@@ -33,6 +36,7 @@ class EngineConfig:
         assert self.kv_block_size >= 1
         assert self.max_prefill_tokens >= 1
         assert self.max_patches >= 1
+        assert 0 < self.kv_memory_fraction <= 1
         assert 0 <= self.coalesce_ms <= self.coalesce_max_ms
         assert self.max_buffered_chunks >= 1
         assert self.prefill_graph_tokens >= 0

@@ -41,7 +41,7 @@ import torch
 from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
 from engine.cuda_graphs import GraphSet, PrefillBuckets, bucket_sizes, smallest_fit
-from engine.device import resolve_device, resolve_dtype
+from engine.device import kv_pool_blocks, resolve_device, resolve_dtype
 from engine.models.voxcpm.batch import BackboneInputs
 from engine.models.voxcpm.checkpoint import LoadedVoxCPM, load_voxcpm
 from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
@@ -124,8 +124,9 @@ class ModelRunner:
 
         self.block_size = config.kv_block_size
         self.max_blocks_per_seq = -(-config.max_model_len // self.block_size)
-        # Sized from the configuration: every slot can hold a request of max_model_len positions.
-        self.num_kv_blocks = config.num_kv_blocks or config.max_num_seqs * self.max_blocks_per_seq
+        self.num_kv_blocks = kv_pool_blocks(
+            config, self.device, self.model.kv_cache_bytes_per_token() * self.block_size
+        )
         # One block more than the scheduler hands out: the scratch block that padded graph rows write into.
         self.scratch_block = self.num_kv_blocks
         self.model.allocate_kv_cache(self.num_kv_blocks + 1, self.block_size)
