@@ -1,17 +1,18 @@
 """`python -m wsserver` with worker processes: one engine process per device, front-end workers on one port, and the
 coordinator between them, all started, watched and stopped from here.
 
-    supervisor (this process): the listening socket, the coordinator (seats, the slot FIFO, health, status)
+    supervisor (this process): the port, the coordinator (seats, the slot FIFO, health, status)
       ├─ engine process per device (engine.process): the step loop, no networking but Unix sockets
-      └─ worker process × N (wsserver.worker): uvicorn + websockets on the shared socket, sessions, audio encoding
+      └─ worker process × N (wsserver.worker): uvicorn + websockets on its socket, sessions, audio encoding
 
-The supervisor binds the port and hands the socket to every worker (the kernel spreads accepted connections over
-them), keeps the coordinator on a Unix socket in a private directory, and starts the engines and the workers at once:
-the workers answer /health while the engines load, and start serving as each engine comes up. A worker that dies is
-started again (its sessions are lost; the coordinator frees their seats and slots, the engines their requests). An
-engine that dies fails every request on it; the coordinator stops routing to it, and with no engine left /ready and
-/health answer 503, so the orchestrator restarts the server. SIGTERM drains: every worker drains its sessions
-(docs/protocol.md), then the engines stop; SIGINT too.
+The supervisor binds the port once per worker (SO_REUSEPORT: the kernel spreads new connections evenly over the workers'
+sockets; on one shared socket whichever worker woke first accepted a whole burst, and at 512 Opus sessions one worker
+ran at 100 % of a core while thirteen idled), keeps the coordinator on a Unix socket in a private directory, and starts
+the engines and the workers at once: the workers answer /health while the engines load, and start serving as each engine
+comes up. A worker that dies is started again (its sessions are lost; the coordinator frees their seats and slots, the
+engines their requests). An engine that dies fails every request on it; the coordinator stops routing to it, and with no
+engine left /ready and /health answer 503, so the orchestrator restarts the server. SIGTERM drains: every worker drains
+its sessions (docs/protocol.md), then the engines stop; SIGINT too.
 """
 
 from __future__ import annotations
@@ -91,28 +92,28 @@ class Supervisor:
         self.clients: list[EngineClient] = []
         self.workers: list[_Worker] = []
         self.stopping = False
+        self.port = config.port
 
     async def run(self, stop: asyncio.Event) -> None:
-        listener = socket.create_server((self.config.bind_host, self.config.port), backlog=2048)
-        # Accepted connections inherit this (wsserver.server.TTSServer.listen says why).
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.limits.send_buffer_bytes)
+        # Every worker's socket is bound before the model loads, so that connections queue instead of being refused.
+        listeners = [self._listen() for _ in range(self.config.worker_count())]
         server = await serve_coordinator(self.coordinator, self.coordinator_path)
         self.coordinator.start()
         try:
             model = await asyncio.to_thread(resolve_model, self.config)
             for index, device in enumerate(self.devices):
                 self.engines.append(self._start_engine(index, model, device.device, device.gpu))
-            self.workers = [_Worker(i, self._start_worker(i, listener)) for i in range(self.config.worker_count())]
+            self.workers = [_Worker(i, self._start_worker(i, listener)) for i, listener in enumerate(listeners)]
             logger.info(
                 "listening on %s:%d: %d worker(s), %d engine(s)",
                 self.config.bind_host,
-                self.config.port,
+                self.port,
                 len(self.workers),
                 len(self.engines),
             )
             engines_up = asyncio.create_task(self._engines_up())
             while not stop.is_set():
-                self._restart_dead_workers(listener)
+                self._restart_dead_workers()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(WATCH_EVERY_S):
                         await stop.wait()
@@ -120,7 +121,8 @@ class Supervisor:
         finally:
             await self._shut_down()
             server.close()
-            listener.close()
+            for listener in listeners:
+                listener.close()  # those of workers that never started
             shutil.rmtree(self.runtime, ignore_errors=True)
 
     def _start_engine(self, index: int, model: str, device: str, gpu: str | None) -> tuple[SpawnProcess, Connection]:
@@ -139,10 +141,20 @@ class Supervisor:
         theirs.close()
         return process, ours
 
+    def _listen(self) -> socket.socket:
+        """A listening socket on the server's port for one worker (the first one picks the port when it is 0)."""
+        listener = socket.create_server((self.config.bind_host, self.port), backlog=2048, reuse_port=True)
+        self.port = listener.getsockname()[1]
+        return listener
+
     def _start_worker(self, index: int, listener: socket.socket) -> SpawnProcess:
+        """Start a worker on `listener`, and let go of the supervisor's copy: a socket of the port's group that no
+        worker accepts on would still be dealt its share of new connections (those of a dead worker's socket are reset,
+        and its clients connect again)."""
         args = (self.config, listener, self.coordinator_path, self.engine_paths, index)
         process = _spawn.Process(target=run_worker, args=args, name=f"worker-{index}")
-        process.start()
+        process.start()  # the child receives a duplicate of the socket (multiprocessing's resource sharer)
+        listener.close()
         return process
 
     async def _engines_up(self) -> None:
@@ -167,7 +179,7 @@ class Supervisor:
                 self.coordinator.check_engines()
                 logger.info("engine %d serves %s at %d Hz", index, detail.name, detail.sample_rate)
 
-    def _restart_dead_workers(self, listener: socket.socket) -> None:
+    def _restart_dead_workers(self) -> None:
         for worker in self.workers:
             if worker.process.is_alive():
                 continue
@@ -176,7 +188,7 @@ class Supervisor:
                 continue
             logger.error("worker %d died (exit code %s): starting it again", worker.index, worker.process.exitcode)
             worker.process.close()
-            worker.process = self._start_worker(worker.index, listener)
+            worker.process = self._start_worker(worker.index, self._listen())
             worker.restarts += 1
             worker.started_at = time.monotonic()
 
