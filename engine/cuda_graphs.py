@@ -1,6 +1,7 @@
-"""CUDA graphs of the engine step's fixed-shape pieces, and the buckets that pick them.
+"""CUDA graphs of the engine step's fixed-shape pieces, and the buckets that pick them, for every model family.
 
-ModelRunner runs a step as a short pipeline of graph replays over static buffers (engine/models/voxcpm/runner.py):
+VoxCPM's runner, for one, runs a step as a short pipeline of graph replays over static buffers
+(engine/models/voxcpm/runner.py):
 - decode head, per batch bucket: the whole one-position backbone of the running streams (slot-state gathers,
   LocEnc, both LMs over the paged KV pool) and the solver's start (mu, noise, stop head). Input: the slot list.
 - prefill head, per batch bucket: the solver's start from the hiddens an admission's backbone left.

@@ -1,4 +1,6 @@
-"""The synchronous engine: add_request / abort / step(). Single-threaded; AsyncEngine drives it."""
+"""The synchronous engine: add_request / abort / step(). Single-threaded; AsyncEngine drives it.
+
+The model is the family's ModelRunner (engine/models/family.py), picked from the checkpoint by the registry."""
 
 from __future__ import annotations
 
@@ -7,8 +9,8 @@ import time
 import numpy as np
 
 from engine.config import EngineConfig
-from engine.models.voxcpm.prompt import build_prompt
-from engine.models.voxcpm.runner import ModelRunner
+from engine.models.family import ModelRunner
+from engine.models.registry import load_runner
 from engine.noise import draw_seed
 from engine.outputs import AudioChunk, EngineError, EngineStats
 from engine.params import GenerationRequest
@@ -21,7 +23,7 @@ _EMA = 0.1  # weight of the newest step in the step-time and batch-size averages
 class EngineCore:
     def __init__(self, config: EngineConfig, runner: ModelRunner | None = None) -> None:
         self.config = config
-        self.runner = runner or ModelRunner(config)
+        self.runner = runner or load_runner(config)
         self.info = self.runner.info
         self.scheduler = Scheduler(config, self.runner.num_kv_blocks)
         self.healthy = True
@@ -32,18 +34,13 @@ class EngineCore:
     def make_sequence(self, request: GenerationRequest) -> Sequence:
         """Validate and tokenize a request (EngineError if it can never run). Touches no engine state, so
         callers may run it on their own thread, before queueing."""
-        checkpoint = self.runner.checkpoint
         try:
             request.params.validate()
-            prompt = build_prompt(request.text, request.prompt, checkpoint.tokenizer, checkpoint.config)
             seq = Sequence(
                 request_id=request.request_id,
-                token_ids=prompt.token_ids.numpy(),
-                feats=prompt.feats.numpy(),
-                audio_mask=prompt.audio_mask.numpy(),
+                prompt=self.runner.make_prompt(request),
                 params=request.params,
                 seed=draw_seed() if request.params.seed is None else request.params.seed,
-                num_target_tokens=prompt.target_text_tokens,
             )
             self.scheduler.patch_cap(seq)
         except ValueError as exc:

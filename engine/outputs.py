@@ -21,10 +21,11 @@ class EngineError(RuntimeError):
 
 @dataclass(slots=True)
 class AudioChunk:
-    """One generated patch: its waveform and the latents that made it.
+    """One generated patch (one step's output: a VoxCPM latent patch, a Qwen3-TTS codec frame): its waveform and
+    the latents that made it.
 
     `latents` ([patch_size, feat_dim] float32) lets a caller condition a later request on this audio
-    (continuation mode) without re-encoding the waveform.
+    (continuation mode, ModelInfo.continuation) without re-encoding the waveform.
     """
 
     request_id: str
@@ -36,17 +37,32 @@ class AudioChunk:
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
-    name: str  # e.g. "voxcpm2"
-    architecture: str  # "voxcpm" | "voxcpm2"
-    sample_rate: int  # output rate of the VAE decoder
+    """What a server needs to know of the model it serves, filled by the model family's runner."""
+
+    name: str  # e.g. "VoxCPM2" (the checkpoint's directory or repo name)
+    family: str  # "voxcpm" (engine/models/registry.py)
+    architecture: str  # the variant within the family: "voxcpm" | "voxcpm2"
+    sample_rate: int  # output rate of the audio decoder
     encoder_sample_rate: int  # rate that encode_audio() expects
-    patch_size: int
+    patch_size: int  # a chunk's latents are [patch_size, feat_dim]
     feat_dim: int
     samples_per_patch: int
-    supports_reference: bool  # VoxCPM2 reference-audio conditioning
+    # Which uploads make voices: "prompt" (continuation audio + transcript -> Prompt.latents), "reference"
+    # (Prompt.reference_latents), "both"; () when the model clones no voices.
+    voice_roles: tuple[str, ...]
+    # Prompt.latents may be a previous request's chunk latents: a segment can continue the audio before it.
+    continuation: bool
+    speakers: tuple[str, ...] = ()  # preset voices (Prompt.speaker)
+    instruction: bool = False  # Prompt.instruction is honoured
+    languages: tuple[str, ...] = ()  # accepted Prompt.language values ("" is always accepted: the model decides)
     # Identifies the audio encoder (a digest of its weights): latents from encode_audio() fit every engine with the
     # same id, and only those. Stored voices are bound to it.
     audio_encoder_id: str = ""
+
+    @property
+    def supports_reference(self) -> bool:
+        """Prompt.reference_latents is honoured (VoxCPM2 reference-audio conditioning)."""
+        return "reference" in self.voice_roles
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,16 +39,24 @@ class GenerationParams:
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
-    """Conditioning audio, as VAE latents shaped [patches, patch_size, feat_dim] (float32).
+    """What a request's voice is conditioned on; each model family takes the parts its variant has (ModelInfo) and
+    refuses the others.
 
-    - `text` + `latents`: continuation; the model goes on from this audio, which speaks `text`.
-    - `reference_latents` (VoxCPM2 only): a voice reference, isolated from the text by its own tokens.
-    Both may be given (VoxCPM2 reference + continuation).
+    - `text` + `latents`: continuation; the model goes on from this audio, which speaks `text`. The latents come from
+      `encode_audio(wav, padding="left")` or are a previous request's chunk latents (VoxCPM: VAE latents shaped
+      [patches, patch_size, feat_dim], float32).
+    - `reference_latents` (ModelInfo.voice_roles has "reference"; VoxCPM2): a voice reference, isolated from the
+      text, from `encode_audio(wav, padding="right")`. Both may be given (VoxCPM2 reference + continuation).
+    - `speaker` (one of ModelInfo.speakers), `instruction` (ModelInfo.instruction), `language` (one of
+      ModelInfo.languages; "" lets the model decide).
     """
 
     text: str = ""
     latents: np.ndarray | None = None
     reference_latents: np.ndarray | None = None
+    speaker: str = ""
+    instruction: str = ""
+    language: str = ""
 
     @property
     def is_empty(self) -> bool:

@@ -13,7 +13,6 @@ from collections import deque
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.models.voxcpm.prompt import reference_patch_cap
 from engine.outputs import FinishReason
 from engine.sequence import Sequence, SequenceStatus
 
@@ -42,8 +41,8 @@ class Scheduler:
     def patch_cap(self, seq: Sequence) -> int:
         """The request's patch cap (LENGTH finish), or ValueError if its prompt can never run.
 
-        The reference's text-proportional cap applies unless the request sets its own; the engine's absolute cap
-        and the KV room left after the prompt (max_model_len) bound it further.
+        The family's cap (VoxCPM: the reference's text-proportional one) applies unless the request sets its own; the
+        engine's absolute cap and the KV room left after the prompt (max_model_len) bound it further.
         """
         if seq.num_prompt >= self.max_model_len:
             raise ValueError(
@@ -51,7 +50,7 @@ class Scheduler:
             )
         cap = seq.params.max_patches
         if cap is None:
-            cap = reference_patch_cap(seq.num_target_tokens)
+            cap = seq.prompt.patch_cap
         cap = min(cap, self.max_patches, self.max_model_len - seq.num_prompt + 1)
         num_blocks = self.block_manager.blocks_needed(seq.num_prompt + cap - 1)
         if num_blocks > self.block_manager.num_blocks:

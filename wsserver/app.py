@@ -85,11 +85,16 @@ def make_app(server: TTSServer) -> Starlette:
             {
                 "model": {
                     "name": model.name,
+                    "family": model.family,
                     "architecture": model.architecture,
                     "sample_rate": model.sample_rate,
                     "encoder_sample_rate": model.encoder_sample_rate,
                     "samples_per_patch": model.samples_per_patch,
                     "supports_reference": model.supports_reference,
+                    "continuation": model.continuation,
+                    "speakers": list(model.speakers),
+                    "instruction": model.instruction,
+                    "languages": list(model.languages),
                     "audio_encoder_id": model.audio_encoder_id,
                 },
                 "websocket": {
@@ -101,7 +106,7 @@ def make_app(server: TTSServer) -> Starlette:
                 "speech": {"formats": speech_formats, "default_sample_rate": DEFAULT_RATE, "speed": [1.0]},
                 "voices": {
                     "count": len(server.voices.ids()),
-                    "roles": ["prompt", "reference", "both"] if model.supports_reference else ["prompt"],
+                    "roles": list(model.voice_roles),
                     "aliases": server.voices.aliases,
                     "max_voices": config.max_voices,
                     "uploads": config.uploads.advertised(),

@@ -208,14 +208,15 @@ def resolve_model(config: ServerConfig) -> str:
     """The checkpoint to load: the configured one, or the tiny demo checkpoint (generated once, offline)."""
     if config.model:
         return config.model
-    from engine.models.voxcpm.make_checkpoint import DEMO_CHECKPOINT, demo_checkpoint
+    from engine.models.registry import demo_checkpoint
 
+    path = demo_checkpoint()
     logger.warning(
         "\n%s\nNO --model GIVEN: serving a TINY RANDOM DEMO CHECKPOINT (%s).\n"
         "It exercises the protocol end to end but makes NOISE, NOT SPEECH.\n"
         "Pass --model PATH_OR_HF_REPO_ID (e.g. openbmb/VoxCPM2) for real speech.\n%s",
         "!" * 78,
-        DEMO_CHECKPOINT,
+        path,
         "!" * 78,
     )
-    return str(demo_checkpoint())
+    return str(path)

@@ -1,9 +1,10 @@
 """Voice continuity within a context: what each segment is conditioned on.
 
-Segment 0 starts from the voice (zero-shot, or the voice's prompt audio as a continuation). Every later segment
-continues the previous one: its text and the latents the engine generated for it, so a turn streamed in pieces keeps
-one voice and one prosody. The carried audio is capped to its last `carry_s` seconds (longer prompts cost prefill
-and add nothing); the carried text is cut in the same proportion, at a word start, so the two still match.
+Segment 0 starts from the voice (zero-shot, or the voice's prompt audio as a continuation). On a model that can
+continue from its own output (ModelInfo.continuation) every later segment continues the previous one: its text and the
+latents the engine generated for it, so a turn streamed in pieces keeps one voice and one prosody. The carried audio is
+capped to its last `carry_s` seconds (longer prompts cost prefill and add nothing); the carried text is cut in the same
+proportion, at a word start, so the two still match.
 On VoxCPM2 the voice's reference audio (or, for a prompt voice, its prompt audio) rides along as the isolated
 reference, so the timbre stays anchored to the voice rather than drifting with each segment.
 """
@@ -51,8 +52,9 @@ class Continuity:
         )
 
     def record(self, text: str, latents: list[np.ndarray]) -> None:
-        """Remember a finished segment (its latents, one [patch_size, feat_dim] array per chunk) for the next one."""
-        if not latents:
+        """Remember a finished segment (its latents, one [patch_size, feat_dim] array per chunk) for the next one.
+        A model that cannot continue from its own output (not ModelInfo.continuation) starts each from the voice."""
+        if not latents or not self.info.continuation:
             return
         kept = latents[-self.max_patches :]
         self._latents = np.stack(kept)

@@ -128,8 +128,9 @@ async def _clone(
 ) -> Voice:
     """Decode, check and encode an upload (or find the voice already stored for the same content)."""
     info = engine.info
-    if role != "prompt" and not info.supports_reference:
-        raise ApiError(400, "unsupported", f"role {role!r} needs a model with reference audio (VoxCPM2)", param="role")
+    if role not in info.voice_roles:
+        message = f"this model makes no voice of role {role!r} (it takes {list(info.voice_roles)})"
+        raise ApiError(400, "unsupported", message, param="role")
     try:
         wav = await asyncio.to_thread(decode, data, info.encoder_sample_rate, limits)
     except AudioError as exc:

@@ -242,7 +242,11 @@ async def open_voices(engine: EngineHandle, config: ServerConfig) -> VoiceStore:
     """The server's voices: `--voices-dir` pairs encoded now (a bad pair is skipped, loudly), and the store."""
     fixed: dict[str, Voice] = {}
     rate = engine.info.encoder_sample_rate
-    for voice_id, wav_path, transcript in dir_voices(config.voices_dir) if config.voices_dir is not None else ():
+    voices_dir = config.voices_dir
+    if voices_dir is not None and "prompt" not in engine.info.voice_roles:
+        logger.warning("ignoring --voices-dir %s: this model makes no prompt voices", voices_dir)
+        voices_dir = None
+    for voice_id, wav_path, transcript in dir_voices(voices_dir) if voices_dir is not None else ():
         try:
             wav = await asyncio.to_thread(decode, wav_path.read_bytes(), rate, config.uploads)
             latents = await engine.encode_audio(wav, padding="left")

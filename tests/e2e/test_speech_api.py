@@ -160,6 +160,8 @@ async def test_info_and_models(serve: ServeFactory) -> None:
         info = (await http.get("/info")).json()
         model = running.server.engine.info
         assert info["model"]["name"] == model.name and info["model"]["sample_rate"] == model.sample_rate
+        assert info["model"]["family"] == "voxcpm" and info["model"]["continuation"] is True
+        assert info["model"]["speakers"] == [] and info["model"]["instruction"] is False
         assert info["speech"]["formats"]["pcm"]["content_type"] == "audio/pcm"
         assert model.sample_rate in info["speech"]["formats"]["wav"]["sample_rates"]
         assert info["voices"]["uploads"]["max_bytes"] > 0 and info["voices"]["roles"] == ["prompt", "reference", "both"]

@@ -22,7 +22,7 @@ import torch
 
 from engine import AsyncEngine, EngineConfig
 from engine.engine_core import EngineCore
-from engine.models.voxcpm.runner import ModelRunner
+from engine.models.voxcpm.runner import VoxCPMRunner
 from tests.engine.models.voxcpm.reference import load_reference
 from tests.engine.models.voxcpm.test_model import NUM_PATCHES, REL_TOL, _noise, run_reference
 from tests.servers import RunningServer, running_server
@@ -57,7 +57,7 @@ async def server(
     checkpoint = tiny_checkpoint("voxcpm2", stop=False)
     config = EngineConfig(model=str(checkpoint), device="cpu", max_num_seqs=4, max_patches=NUM_PATCHES)
     noise = _noise(reference.config)
-    runner = ModelRunner(config, noise=lambda seeds, steps, shape: noise[steps])
+    runner = VoxCPMRunner(config, noise=lambda seeds, steps, shape: noise[steps])
     engine = AsyncEngine(config, EngineCore(config, runner))
     await engine.start()
     try:

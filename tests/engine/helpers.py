@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from engine.config import EngineConfig
+from engine.models.voxcpm.prompt import HostPrompt, reference_patch_cap
 from engine.params import GenerationParams
 from engine.sequence import Sequence
 
@@ -22,21 +23,19 @@ def make_seq(
     params: GenerationParams | None = None,
     audio_tail: int = 0,
 ) -> Sequence:
-    """A sequence of `num_prompt` positions whose last `audio_tail` positions are prompt audio."""
+    """A (VoxCPM) sequence of `num_prompt` positions whose last `audio_tail` positions are prompt audio."""
     audio_mask = np.zeros(num_prompt, dtype=bool)
     if audio_tail:
         audio_mask[-audio_tail:] = True
     feats = np.zeros((num_prompt, PATCH_SIZE, FEAT_DIM), dtype=np.float32)
     feats[audio_mask] = np.arange(audio_tail, dtype=np.float32)[:, None, None] + 1
-    return Sequence(
-        request_id=request_id,
+    prompt = HostPrompt(
         token_ids=np.where(audio_mask, 0, 5).astype(np.int64),
         feats=feats,
         audio_mask=audio_mask,
-        params=params or GenerationParams(),
-        seed=0,
-        num_target_tokens=num_target_tokens,
+        patch_cap=reference_patch_cap(num_target_tokens),
     )
+    return Sequence(request_id=request_id, prompt=prompt, params=params or GenerationParams(), seed=0)
 
 
 def engine_config(checkpoint: Path, **overrides: Any) -> EngineConfig:

@@ -17,7 +17,7 @@ import torch
 from engine import cuda_graphs
 from engine.cuda_graphs import PrefillBuckets, bucket_sizes, smallest_fit
 from engine.engine_core import EngineCore
-from engine.models.voxcpm.runner import ModelRunner, native_convs
+from engine.models.voxcpm.runner import VoxCPMRunner, native_convs
 from engine.params import GenerationParams, GenerationRequest, Prompt
 from tests.engine.helpers import engine_config
 
@@ -266,7 +266,7 @@ def test_graphed_pieces_equal_eager_on_padded_rows(tiny_checkpoint) -> None:
     scratch slot and zero hiddens) equal the same bodies run eagerly on the padded rows: the packed result and the
     per-slot state they leave (fed-back patch, step counter, VAE context), for batches that are not bucket sizes
     and rows whose Euler-step counts differ (the late iterations replay smaller buckets)."""
-    runner = ModelRunner(
+    runner = VoxCPMRunner(
         engine_config(tiny_checkpoint("voxcpm2", stop=False), device="cuda", dtype="bfloat16", max_num_seqs=8)
     )
     graphs = runner.graphs

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from engine.engine_core import EngineCore
-from engine.models.voxcpm.runner import StepResult
+from engine.models.family import StepResult
 from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
 from engine.outputs import AudioChunk, EngineError, FinishReason
 from engine.params import GenerationParams, GenerationRequest, Prompt

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from engine.engine_core import EngineCore
-from engine.models.voxcpm.runner import ModelRunner
+from engine.models.voxcpm.runner import VoxCPMRunner
 from engine.params import GenerationParams, GenerationRequest
 from tests.engine.helpers import engine_config
 from tests.engine.models.voxcpm.reference import load_reference
@@ -31,7 +31,7 @@ def test_engine_matches_reference(
         return noise[steps]  # patch k of every request starts from the reference's k-th draw
 
     config = engine_config(path, max_patches=NUM_PATCHES, max_model_len=256)
-    core = EngineCore(config, ModelRunner(config, noise=reference_noise))
+    core = EngineCore(config, VoxCPMRunner(config, noise=reference_noise))
     noise = _noise(core.runner.checkpoint.config)
     prompt, cache = _prompt(mode, core.info.patch_size, core.info.feat_dim)
     expected = run_reference(load_reference(path, tmp_path), TEXT, cache, noise)["patches"]

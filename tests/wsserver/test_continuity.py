@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from engine import ModelInfo
 from wsserver.continuity import Continuity, tail_text
 from wsserver.voices import Voice
 
-INFO = ModelInfo("tiny", "voxcpm2", 48000, 16000, 4, 16, 7680, supports_reference=True)
+INFO = ModelInfo("tiny", "voxcpm", "voxcpm2", 48000, 16000, 4, 16, 7680, ("prompt", "reference", "both"), True)
 
 
 def test_each_segment_continues_the_previous_one_capped() -> None:
@@ -37,3 +39,12 @@ def test_a_reference_voice_anchors_every_segment() -> None:
     continuity.record("one two", [np.zeros((4, 16), np.float32)] * 2)
     second = continuity.prompt()
     assert second.text == "one two" and second.latents.shape == (2, 4, 16) and second.reference_latents is reference
+
+
+def test_a_model_without_continuation_starts_every_segment_from_the_voice() -> None:
+    info = dataclasses.replace(INFO, voice_roles=("reference",), continuation=False)
+    voice = Voice("vc_x", role="reference", reference_latents=np.ones((3, 4, 16), np.float32))
+    continuity = Continuity(voice, info, carry_s=0.32)
+    continuity.record("one two", [np.zeros((4, 16), np.float32)] * 2)
+    second = continuity.prompt()
+    assert second.text == "" and second.latents is None and second.reference_latents is voice.reference_latents

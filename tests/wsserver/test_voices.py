@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import types
+import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from wsserver.voices import DEFAULT_VOICE, Voice, VoiceLimitError, VoiceStore, upload_id
+from engine import ModelInfo
+from wsserver.config import ServerConfig
+from wsserver.voices import DEFAULT_VOICE, Voice, VoiceLimitError, VoiceStore, open_voices, upload_id
 
 ENCODER = "voxcpm2-vae-0123456789abcdef"
 
@@ -119,3 +124,23 @@ def test_a_damaged_file_is_skipped(tmp_path: Path) -> None:
     good = clone(store, 1)
     (tmp_path / ("vc_" + "1" * 24 + ".safetensors")).write_bytes(b"garbage")
     assert VoiceStore(ENCODER, tmp_path).ids() == [DEFAULT_VOICE, good.id]
+
+
+def test_a_voices_dir_is_ignored_by_a_model_without_prompt_voices(tmp_path: Path) -> None:
+    voices_dir = tmp_path / "dir"
+    voices_dir.mkdir()
+    with wave.open(str(voices_dir / "alice.wav"), "wb") as wav:  # a valid pair, which only this model ignores
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(24000)
+        wav.writeframes((8000 * np.sin(np.arange(48000) * 0.05)).astype(np.int16).tobytes())
+    (voices_dir / "alice.txt").write_text("Alice here.")
+    info = ModelInfo("m", "family", "variant", 24000, 24000, 1, 16, 1920, voice_roles=(), continuation=False)
+
+    async def encode_audio(wav: np.ndarray, padding: str = "left") -> np.ndarray:
+        raise AssertionError("nothing to encode")
+
+    engine = types.SimpleNamespace(info=info, encode_audio=encode_audio)
+    config = ServerConfig(voices_dir=voices_dir, voices_store=tmp_path / "store")
+    store = asyncio.run(open_voices(engine, config))  # type: ignore[arg-type]
+    assert store.ids() == [DEFAULT_VOICE]

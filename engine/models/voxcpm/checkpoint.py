@@ -2,7 +2,7 @@
 
 Layout: config.json; model weights as `*.safetensors` (one file or shards) or `pytorch_model.bin` / `*.pt`
 (converted on load); audiovae.safetensors or audiovae.pth ({"state_dict": ...}); tokenizer.json (+ configs).
-A Hugging Face repo id is resolved with `huggingface_hub.snapshot_download`.
+A Hugging Face repo id is resolved with `huggingface_hub.snapshot_download` (engine/models/checkpoints.py).
 
 Released names are unfused (`q_proj`, `k_proj`, `v_proj`, `gate_proj`, `up_proj`); the model fuses them into
 `qkv_proj` / `gate_up_proj` here. Every unknown, missing or mis-shaped tensor is an error that names it.
@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from engine.attention import get_attention_backend
+from engine.models.checkpoints import CheckpointError, resolve_checkpoint
 from engine.models.voxcpm.audio_vae import AudioVAE, load_audio_vae
 from engine.models.voxcpm.config import VoxCPMConfig, load_config
 from engine.models.voxcpm.minicpm4 import Attention
@@ -31,10 +32,6 @@ FUSED: dict[str, tuple[str, ...]] = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
     "gate_up_proj": ("gate_proj", "up_proj"),
 }
-
-
-class CheckpointError(ValueError):
-    """The checkpoint's files do not match the model."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,23 +121,6 @@ def read_model_tensors(directory: Path) -> dict[str, tuple[torch.Size, Callable[
             raise CheckpointError(f"tensors stored twice ({file.name}): {name_list(duplicated)}")
         tensors.update(entries)
     return tensors
-
-
-def resolve_checkpoint(path_or_repo: str | Path) -> Path:
-    """A local directory as is; anything else is taken as a Hugging Face repo id and downloaded."""
-    path = Path(path_or_repo).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists() or str(path_or_repo).startswith((".", "/", "~")) or str(path_or_repo).count("/") != 1:
-        raise CheckpointError(f"{path_or_repo!r} is neither a checkpoint directory nor a Hugging Face repo id")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as exc:
-        raise CheckpointError(
-            f"{path_or_repo!r} is not a local directory; loading by Hugging Face repo id needs huggingface_hub "
-            "(pip install 'voxstream[hub]')"
-        ) from exc
-    return Path(snapshot_download(repo_id=str(path_or_repo)))
 
 
 def _vae_file(directory: Path) -> Path:

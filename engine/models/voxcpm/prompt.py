@@ -38,6 +38,40 @@ class PackedPrompt:
         return self.token_ids.shape[0]
 
 
+@dataclass(frozen=True, slots=True)
+class HostPrompt:
+    """A packed prompt as host arrays: what the runner stages at the request's prefill, and the FamilyPrompt the
+    engine core reads (engine/sequence.py)."""
+
+    token_ids: np.ndarray  # int64 [T] text token ids (0 at audio positions)
+    feats: np.ndarray  # float32 [T, P, D] latent patches (zeros at text positions)
+    audio_mask: np.ndarray  # bool [T]
+    patch_cap: int  # the reference's length cap, reference_patch_cap(target text tokens)
+
+    @classmethod
+    def of(cls, packed: PackedPrompt) -> HostPrompt:
+        return cls(
+            packed.token_ids.numpy(),
+            packed.feats.numpy(),
+            packed.audio_mask.numpy(),
+            reference_patch_cap(packed.target_text_tokens),
+        )
+
+    @property
+    def num_positions(self) -> int:
+        return len(self.token_ids)
+
+    def decode_context(self, max_patches: int) -> np.ndarray | None:
+        """The last prompt audio patches [n <= max_patches, P, D] when the prompt ends in audio (continuation).
+
+        The reference decodes continuation output together with these patches, so the streaming VAE is
+        primed with them; a prompt ending in text (zero-shot, reference-only) starts from silence.
+        """
+        if not self.audio_mask[-1]:
+            return None
+        return self.feats[self.audio_mask][-max_patches:]
+
+
 def reference_patch_cap(target_text_tokens: int) -> int:
     """The reference's text-proportional cap on generated patches (`max_len = 6 * n + 10` in its generate loop)."""
     return 6 * target_text_tokens + 10
@@ -55,6 +89,9 @@ def _latents(name: str, value: np.ndarray, patch_size: int, feat_dim: int) -> to
 def build_prompt(text: str, prompt: Prompt, tokenizer: VoxCPMTokenizer, config: VoxCPMConfig) -> PackedPrompt:
     """Pack one request. Both texts get the reference's preprocessing (newlines, whitespace runs); the
     reference applies it to the target text only, but a prompt text is usually an earlier target text."""
+    for name in ("speaker", "instruction", "language"):
+        if getattr(prompt, name):
+            raise ValueError(f"VoxCPM models take no {name}")
     p, d = config.patch_size, config.feat_dim
     target = preprocess_text(text)
     if not target.strip():

@@ -42,11 +42,14 @@ from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
 from engine.cuda_graphs import GraphSet, PrefillBuckets, bucket_sizes, smallest_fit
 from engine.device import kv_pool_blocks, resolve_device, resolve_dtype
+from engine.models.family import StepResult
 from engine.models.voxcpm.batch import BackboneInputs
 from engine.models.voxcpm.checkpoint import LoadedVoxCPM, load_voxcpm
+from engine.models.voxcpm.prompt import HostPrompt, build_prompt
 from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
 from engine.noise import NoiseSource, standard_normal
 from engine.outputs import ModelInfo
+from engine.params import GenerationRequest
 from engine.sequence import Sequence
 
 T = TypeVar("T")
@@ -54,16 +57,6 @@ T = TypeVar("T")
 # The reference decodes continuation output together with up to 3 trailing prompt patches
 # (`streaming_prefix_len - 1`); priming the streaming decoder with them reproduces that audio.
 DECODE_CONTEXT_PATCHES = 3
-
-
-@dataclass(slots=True)
-class StepResult:
-    """Host copies of one step's results, row i for seqs[i] (the step's sequences in the order they ran)."""
-
-    seqs: list[Sequence]
-    latents: np.ndarray  # float32 [B, P, D]
-    samples: np.ndarray  # float32 [B, P * samples_per_frame]
-    stops: list[bool]
 
 
 @dataclass(slots=True)
@@ -110,12 +103,24 @@ def most_steps_first(seqs: list[Sequence]) -> list[Sequence]:
     return sorted(seqs, key=lambda seq: -seq.params.inference_timesteps)
 
 
-class ModelRunner:
-    def __init__(self, config: EngineConfig, noise: NoiseSource = standard_normal) -> None:
+def load(config: EngineConfig, directory: Path, noise: NoiseSource = standard_normal) -> VoxCPMRunner:
+    """The family's loader (engine/models/registry.py)."""
+    return VoxCPMRunner(config, noise, directory)
+
+
+class VoxCPMRunner:
+    """The VoxCPM family's ModelRunner (engine/models/family.py); `Sequence.prompt` is a HostPrompt."""
+
+    def __init__(
+        self, config: EngineConfig, noise: NoiseSource = standard_normal, directory: Path | None = None
+    ) -> None:
+        """`directory`: the resolved checkpoint of `config.model` (None: resolve it here)."""
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.noise = noise
-        checkpoint: LoadedVoxCPM = load_voxcpm(config.model, self.device, self.dtype, config.attention_backend)
+        checkpoint: LoadedVoxCPM = load_voxcpm(
+            directory or config.model, self.device, self.dtype, config.attention_backend
+        )
         self.checkpoint = checkpoint
         self.model = checkpoint.model
         self.vae = checkpoint.vae
@@ -174,13 +179,15 @@ class ModelRunner:
 
         self.info = ModelInfo(
             name=Path(config.model.rstrip("/")).name,
+            family="voxcpm",
             architecture=checkpoint.config.architecture,
             sample_rate=self.vae.out_sample_rate,
             encoder_sample_rate=self.vae.sample_rate,
             patch_size=self.patch_size,
             feat_dim=self.feat_dim,
             samples_per_patch=self.patch_size * self.vae.decode_chunk_size,
-            supports_reference=checkpoint.config.is_v2,
+            voice_roles=("prompt", "reference", "both") if checkpoint.config.is_v2 else ("prompt",),
+            continuation=True,
             audio_encoder_id=f"{checkpoint.config.architecture}-vae-{checkpoint.vae_sha256[:16]}",
         )
         self.graphs: StepGraphs | None = None
@@ -288,7 +295,7 @@ class ModelRunner:
         # Prime in groups of equal context length: admissions are rare, so this loop is short.
         contexts: dict[int, list[tuple[int, np.ndarray]]] = {}
         for seq in seqs:
-            context = seq.decode_context(DECODE_CONTEXT_PATCHES)
+            context = seq.prompt.decode_context(DECODE_CONTEXT_PATCHES)
             if context is not None:
                 contexts.setdefault(len(context), []).append((seq.slot, context))
         for group in contexts.values():
@@ -368,6 +375,10 @@ class ModelRunner:
             text_only=False,
         )
 
+    def make_prompt(self, request: GenerationRequest) -> HostPrompt:
+        checkpoint = self.checkpoint
+        return HostPrompt.of(build_prompt(request.text, request.prompt, checkpoint.tokenizer, checkpoint.config))
+
     # one step
 
     @torch.inference_mode()
@@ -422,8 +433,9 @@ class ModelRunner:
         text-only admissions, else eager), then the solver's start."""
         graphs = self.graphs
         key = None
-        if graphs is not None and graphs.backbone_buckets is not None and not any(seq.audio_mask.any() for seq in seqs):
-            key = graphs.backbone_buckets.key_for(sum(seq.num_prompt for seq in seqs), len(seqs))
+        buckets = graphs.backbone_buckets if graphs is not None else None
+        if buckets is not None and not any(seq.prompt.audio_mask.any() for seq in seqs):
+            key = buckets.key_for(sum(seq.num_prompt for seq in seqs), len(seqs))
         if key is None:
             inputs, slots = self._prefill_inputs(seqs)
             outputs = (slots, *self.model.backbone(inputs))
@@ -488,8 +500,8 @@ class ModelRunner:
         slots = np.full(rows, self.scratch_slot, dtype=np.int64)
         slot_mapping = self.scratch_block * self.block_size + np.arange(tokens) % self.block_size
         if seqs:
-            token_ids[:n] = np.concatenate([seq.token_ids for seq in seqs])
-            audio_mask[:n] = np.concatenate([seq.audio_mask for seq in seqs])
+            token_ids[:n] = np.concatenate([seq.prompt.token_ids for seq in seqs])
+            audio_mask[:n] = np.concatenate([seq.prompt.audio_mask for seq in seqs])
             positions[:n] = np.concatenate([np.arange(seq.num_prompt) for seq in seqs])
             for row, seq in enumerate(seqs):
                 block_tables[row, : len(seq.block_table)] = seq.block_table
@@ -551,9 +563,9 @@ class ModelRunner:
         """The backbone's inputs over the prompts of newly admitted requests (unpadded), and their slots."""
         tokens = sum(seq.num_prompt for seq in seqs)
         packed = self._to_device(self._pack_prefill(seqs, tokens, len(seqs)))
-        feats = self._to_device(np.concatenate([seq.feats for seq in seqs]))
+        feats = self._to_device(np.concatenate([seq.prompt.feats for seq in seqs]))
         max_seqlen = max(seq.num_prompt for seq in seqs)
-        text_only = not any(seq.audio_mask.any() for seq in seqs)
+        text_only = not any(seq.prompt.audio_mask.any() for seq in seqs)
         return self._unpack_prefill(packed, feats, tokens, len(seqs), max_seqlen, max_seqlen, text_only)
 
     @torch.inference_mode()

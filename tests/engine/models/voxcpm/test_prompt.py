@@ -56,3 +56,10 @@ def test_errors(v2: tuple, tiny_checkpoint: Callable[..., Path]) -> None:
     ref = np.zeros((1, v1_config.patch_size, v1_config.feat_dim), np.float32)
     with pytest.raises(ValueError, match="VoxCPM2"):
         build_prompt("hi", Prompt(reference_latents=ref), VoxCPMTokenizer.from_dir(v1_path), v1_config)
+
+
+@pytest.mark.parametrize("field", ["speaker", "instruction", "language"])
+def test_conditioning_voxcpm_lacks_is_refused(v2: tuple, field: str) -> None:
+    tok, config = v2
+    with pytest.raises(ValueError, match=f"VoxCPM models take no {field}"):
+        build_prompt("hi", Prompt(**{field: "x"}), tok, config)

@@ -4,7 +4,7 @@ import torch
 
 from engine.engine_core import EngineCore
 from engine.models.voxcpm.batch import BackboneInputs, ModelInputs
-from engine.models.voxcpm.runner import ModelRunner
+from engine.models.voxcpm.runner import VoxCPMRunner
 from engine.params import GenerationParams, GenerationRequest, Prompt
 from tests.engine.helpers import engine_config
 from tests.engine.models.voxcpm.single_forward import single_forward
@@ -24,12 +24,12 @@ def generate(core: EngineCore, request: GenerationRequest) -> list:
 
 
 def test_kv_pool_is_sized_from_the_configuration(checkpoint):
-    runner = ModelRunner(engine_config(checkpoint, max_num_seqs=3, max_model_len=100, kv_block_size=16))
+    runner = VoxCPMRunner(engine_config(checkpoint, max_num_seqs=3, max_model_len=100, kv_block_size=16))
     assert runner.num_kv_blocks == 3 * 7  # ceil(100 / 16) blocks per slot
     assert runner.max_blocks_per_seq == 7
     attention = runner.model.base_lm.layers[0].self_attn
     assert attention.k_cache.shape[:2] == (21 + 1, 16)  # + the scratch block of padded graph rows
-    assert ModelRunner(engine_config(checkpoint, num_kv_blocks=5)).num_kv_blocks == 5
+    assert VoxCPMRunner(engine_config(checkpoint, num_kv_blocks=5)).num_kv_blocks == 5
 
 
 def test_generated_patch_is_fed_back_on_the_device(checkpoint):
@@ -62,7 +62,7 @@ def test_streaming_audio_equals_the_references_offline_decode(checkpoint, mode):
 
 @pytest.mark.parametrize("padding", ["left", "right"])
 def test_encode_audio_pads_to_whole_patches(checkpoint, padding):
-    runner = ModelRunner(engine_config(checkpoint))
+    runner = VoxCPMRunner(engine_config(checkpoint))
     patch_samples = runner.patch_size * runner.vae.chunk_size
     wav = np.random.default_rng(0).uniform(-0.5, 0.5, 2 * patch_samples + 100).astype(np.float32)
     latents = runner.encode_audio(wav, padding)
@@ -77,7 +77,7 @@ def test_encode_audio_pads_to_whole_patches(checkpoint, padding):
         runner.encode_audio(np.zeros(0, dtype=np.float32), padding)
 
 
-def _single_forward_runner(runner: ModelRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+def _single_forward_runner(runner: VoxCPMRunner, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make `runner` step as before the backbone/start/Euler split: one single-function forward over ModelInputs
     per step part, every row through every iteration of a larger CFM loop bound than the rows need, leaving its
     patches and stop flags where the solver leaves its own, so that `_finish` packs them as usual."""
