@@ -1,4 +1,6 @@
-"""The VoxCPM streaming TTS engine. The public surface is exactly this module's `__all__` (docs/engine.md).
+"""The streaming TTS engine (model families under engine/models/; VoxCPM today).
+
+The public surface is exactly this module's `__all__` (docs/engine.md).
 
 `AsyncEngine` (the engine on a thread of this process) is imported on first use: it brings torch and the model code,
 which a process that only talks to an engine process (engine.client) never needs.

@@ -1,6 +1,8 @@
 """VoxCPM (VoxCPM-0.5B, VoxCPM1.5: architecture "voxcpm"; VoxCPM2: "voxcpm2") for the engine.
 
-Public surface for the runtime:
+The engine drives the family through `runner.VoxCPMRunner` (engine/models/family.py's ModelRunner; loaded by
+`runner.load`, which engine/models/registry.py picks for config.json `architecture` "voxcpm" or "voxcpm2"; not
+imported here). Its building blocks:
 - `load_voxcpm(path_or_repo, device, dtype, attention_backend) -> LoadedVoxCPM`
   (model, vae, tokenizer, config, path, vae_sha256)
 - `build_prompt(text, prompt, tokenizer, config) -> PackedPrompt` (token_ids, feats, audio_mask, target_text_tokens)
