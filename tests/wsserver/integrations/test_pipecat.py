@@ -3,7 +3,10 @@ the tiny checkpoint: an LLM turn streamed token by token, a spoken utterance, an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pipecat.frames.frames import (
+    Frame,
     InterruptionFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
@@ -66,22 +69,19 @@ async def test_a_spoken_utterance_and_then_a_turn_share_the_session(serve: Serve
 
 
 async def test_an_interruption_cancels_the_context_on_the_server(serve: ServeFactory) -> None:
+    turn = [LLMFullResponseStartFrame(), *tokens(REPLY * 6), LLMFullResponseEndFrame()]
+
+    def seconds(frames: Sequence[Frame]) -> float:
+        return sum(len(f.audio) for f in frames if isinstance(f, TTSAudioRawFrame)) / 2 / 24000
+
     async with serve(max_patches=60) as running:
-        tts = VoxstreamTTSService(url=running.ws_url, sample_rate=24000)
-        sent = [
-            LLMFullResponseStartFrame(),
-            *tokens(REPLY * 3),
-            LLMFullResponseEndFrame(),
-            SleepFrame(1.5),  # some audio has come
-            InterruptionFrame(),
-            SleepFrame(0.5),
-        ]
-        down, _ = await run_test(tts, frames_to_send=sent)
+        whole, _ = await run_test(VoxstreamTTSService(url=running.ws_url, sample_rate=24000), frames_to_send=turn)
+        sent = [*turn, SleepFrame(1.0), InterruptionFrame(), SleepFrame(0.5)]  # some audio has come by then
+        down, _ = await run_test(VoxstreamTTSService(url=running.ws_url, sample_rate=24000), frames_to_send=sent)
         _, _, metrics = await http_get(running.http_url + "/metrics")
-    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
-    assert audio
-    # 60 patches a segment would be 9.6 s of audio per segment: the cancel stopped it long before
-    assert sum(len(f.audio) for f in audio) / 2 / 24000 < 9.6
+    # the turn's audio stopped at the interruption, well before the end of its text (the tiny model on the CPU makes
+    # audio several times faster than real time, so how much came first depends on the machine)
+    assert 0 < seconds(down) < 0.5 * seconds(whole)
     assert b'ttsws_contexts_total{outcome="cancelled"} 1' in metrics
     # and the serve fixture checks on the way out that the engine let go of the request
 
