@@ -98,6 +98,21 @@ def causal_conv_snake_torch(
     return snake_torch(y, alpha)
 
 
+def lora_add_torch(y: torch.Tensor, x: torch.Tensor, index: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """y[m] += (x[m] @ a[s].T) @ b[s] with s = index[m], in place: each row's own adapter slot's low-rank update.
+
+    y [M, out], x [M, in], index int [M], a [S, R, in], b [S, R, out] (the adapter's B transposed, its scaling
+    folded in). Fixed shapes whatever the slots (capturable): every slot's shrink is computed for every row and
+    the columns of the other slots are zeroed, which costs S*R columns instead of R; slot 0 (no adapter) is all
+    zeros, so its rows get exactly + 0. The intermediate is rounded to x's dtype, as the reference's two
+    F.linear calls round it."""
+    slots, rank, _ = a.shape
+    shrunk = x @ a.reshape(slots * rank, -1).t()  # [M, S*R]
+    owner = torch.arange(slots, device=x.device).repeat_interleave(rank)
+    shrunk = torch.where(index[:, None] == owner[None, :], shrunk, torch.zeros_like(shrunk))
+    y += shrunk @ b.reshape(slots * rank, -1)
+
+
 # -- dispatch ----------------------------------------------------------------------------------------------------
 
 
@@ -158,6 +173,16 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
 
         return triton_ops.dense_attention(q, k, v, scale)
     return dense_attention_torch(q, k, v, scale)
+
+
+def lora_add_(y: torch.Tensor, x: torch.Tensor, index: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """See lora_add_torch; the fused kernels skip the slots no row of a tile uses (and slot 0 altogether)."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        triton_ops.lora_add_(y, x, index, a, b)
+        return
+    lora_add_torch(y, x, index, a, b)
 
 
 def causal_conv_snake(

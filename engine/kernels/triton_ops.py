@@ -13,6 +13,7 @@ from engine.kernels import (
     MAX_TINY_SEQ,
     causal_conv_snake_torch,
     dense_attention_torch,
+    lora_add_torch,
     rms_norm_torch,
     rope_torch,
     silu_mul_torch,
@@ -333,3 +334,86 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
             S=seq, S_P=seq_p, H=heads, G=group, D=dim, num_warps=4 if group * seq_p * dim <= 128 * 64 else 8,
         )  # fmt: skip
     return out
+
+
+# -- LoRA: each row's own adapter slot (segmented shrink then expand) ---------------------------------------------
+# Programs are (row tile, slot[, column tile]); a program whose tile has no row of its slot returns at once, so a
+# step costs what its adapters use, while the grid (and the captured graph) stays the same whatever the mix.
+
+
+@triton.jit
+def _lora_shrink_kernel(
+    x_ptr, idx_ptr, a_ptr, t_ptr, M, K, R, stride_x,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    slot = tl.program_id(1) + 1
+    match = tl.load(idx_ptr + rows, mask=rows < M, other=0) == slot
+    if tl.sum(match.to(tl.int32), axis=0) == 0:
+        return
+    rs = tl.arange(0, BLOCK_R)
+    a_base = a_ptr + slot.to(tl.int64) * R * K
+    acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        x_mask = match[:, None] & (ks < K)[None, :]
+        x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_x + ks[None, :], mask=x_mask, other=0.0)
+        a = tl.load(a_base + rs[None, :] * K + ks[:, None], mask=(rs < R)[None, :] & (ks < K)[:, None], other=0.0)
+        acc += tl.dot(x, a, input_precision=PRECISION)
+    # Rounded to the activations' dtype: where the reference's first F.linear rounds.
+    out = acc.to(x_ptr.dtype.element_ty)
+    tl.store(t_ptr + rows[:, None].to(tl.int64) * R + rs[None, :], out, mask=match[:, None] & (rs < R)[None, :])
+
+
+@triton.jit
+def _lora_expand_kernel(
+    t_ptr, idx_ptr, b_ptr, y_ptr, M, N, R, stride_y,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    slot = tl.program_id(2) + 1
+    match = tl.load(idx_ptr + rows, mask=rows < M, other=0) == slot
+    if tl.sum(match.to(tl.int32), axis=0) == 0:
+        return
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rs = tl.arange(0, BLOCK_R)
+    t_mask = match[:, None] & (rs < R)[None, :]
+    t = tl.load(t_ptr + rows[:, None].to(tl.int64) * R + rs[None, :], mask=t_mask, other=0.0)
+    b_base = b_ptr + slot.to(tl.int64) * R * N
+    b = tl.load(b_base + rs[:, None] * N + cols[None, :], mask=(rs < R)[:, None] & (cols < N)[None, :], other=0.0)
+    update = tl.dot(t, b, input_precision=PRECISION)
+    y_mask = match[:, None] & (cols < N)[None, :]
+    y_offsets = rows[:, None].to(tl.int64) * stride_y + cols[None, :]
+    y = tl.load(y_ptr + y_offsets, mask=y_mask, other=0.0)
+    # The reference adds its rounded update to the rounded base output: round the update first, then add.
+    update = update.to(y_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + y_offsets, (y.to(tl.float32) + update).to(y_ptr.dtype.element_ty), mask=y_mask)
+
+
+def lora_add_(y: torch.Tensor, x: torch.Tensor, index: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    rows, k = x.shape
+    slots, rank, n = b.shape
+    ok = (
+        x.dtype == y.dtype == a.dtype == b.dtype
+        and x.dtype in (torch.float16, torch.bfloat16, torch.float32)
+        and x.stride(1) == 1 and y.stride(1) == 1 and a.is_contiguous() and b.is_contiguous()
+        and index.is_contiguous() and y.shape == (rows, n) and a.shape == (slots, rank, k)
+    )  # fmt: skip
+    if not ok:
+        lora_add_torch(y, x, index, a, b)
+        return
+    if rows == 0 or slots < 2:
+        return
+    shrunk = torch.empty(rows, rank, dtype=x.dtype, device=x.device)
+    block_m, block_r = 16, max(16, triton.next_power_of_2(rank))
+    precision = "ieee" if x.dtype == torch.float32 else "tf32"  # fp32 exact like the twin; 16-bit ignores it
+    grid_m = triton.cdiv(rows, block_m)
+    _lora_shrink_kernel[(grid_m, slots - 1)](
+        x, index, a, shrunk, rows, k, rank, x.stride(0),
+        BLOCK_M=block_m, BLOCK_K=64, BLOCK_R=block_r, PRECISION=precision, num_warps=4,
+    )  # fmt: skip
+    block_n = 64
+    _lora_expand_kernel[(grid_m, triton.cdiv(n, block_n), slots - 1)](
+        shrunk, index, b, y, rows, n, rank, y.stride(0),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_R=block_r, PRECISION=precision, num_warps=4,
+    )  # fmt: skip

@@ -12,7 +12,7 @@ positions (variable, eager) and leaves per sequence only fixed-shape hiddens [B,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,6 +34,8 @@ class BackboneInputs:
     # Known on the host: no position is audio, so the backbone skips LocEnc without reading audio_mask (a
     # read that would sync with the host, which graphs cannot). False means "may hold audio".
     text_only: bool
+    # int32 [N], the LoRA adapter slot of each position's sequence (0: none); None: no adapter in this step.
+    adapter: torch.Tensor | None = field(default=None, kw_only=True)
 
 
 @dataclass(slots=True)

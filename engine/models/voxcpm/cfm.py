@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from engine.lora.linear import AdapterRows
 from engine.models.voxcpm.locdit import LocDiT
 
 MAX_TIMESTEPS = 100  # GenerationParams allows 1..100 Euler steps
@@ -54,6 +55,7 @@ class FlowState:
     cond: torch.Tensor  # [B, P, D] model dtype: the previous patch
     steps: torch.Tensor  # int64 [B]: the row's Euler step count n
     cfg: torch.Tensor  # float32 [B]: the row's classifier-free guidance value
+    adapter: torch.Tensor  # int32 [B]: the row's LoRA slot (0: none)
 
     @classmethod
     def empty(
@@ -67,6 +69,7 @@ class FlowState:
             cond=torch.zeros(latent, dtype=dtype, device=device),
             steps=torch.ones(rows, dtype=torch.int64, device=device),
             cfg=torch.zeros(rows, device=device),
+            adapter=torch.zeros(rows, dtype=torch.int32, device=device),
         )
 
     def rows(self, m: int) -> FlowState:
@@ -84,6 +87,7 @@ class CFM(nn.Module):
         super().__init__()
         self.estimator = estimator
         self.mean_mode = mean_mode
+        self.adapter_rows: AdapterRows | None = None  # the model's, when adapters are attached
         self._tables: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
     def schedule_tables(
@@ -112,11 +116,16 @@ class CFM(nn.Module):
         temperature: torch.Tensor,
         cfg_value: torch.Tensor,
         timesteps: torch.Tensor,
+        adapter: torch.Tensor | None = None,
     ) -> FlowState:
         """The solver's start for B rows: mu [B, mu_dim], cond [B, P, D] (model dtype), noise [B, P, D] fp32,
-        per-row temperature/cfg_value [B] and timesteps [B] (Euler steps n, clamped to 1..MAX_TIMESTEPS)."""
+        per-row temperature/cfg_value [B], timesteps [B] (Euler steps n, clamped to 1..MAX_TIMESTEPS) and LoRA
+        slots [B] (None: none)."""
         x = (noise.float() * temperature.float()[:, None, None]).to(mu.dtype)
-        return FlowState(x=x, mu=mu, cond=cond, steps=timesteps.clamp(1, MAX_TIMESTEPS), cfg=cfg_value.float())
+        if adapter is None:
+            adapter = torch.zeros(x.shape[0], dtype=torch.int32, device=x.device)
+        steps = timesteps.clamp(1, MAX_TIMESTEPS)
+        return FlowState(x=x, mu=mu, cond=cond, steps=steps, cfg=cfg_value.float(), adapter=adapter.int())
 
     def step(self, state: FlowState, k: torch.Tensor) -> None:
         """Euler iteration k (int64 0-dim tensor on the device, 2 <= k <= MAX_TIMESTEPS) of every row of
@@ -131,6 +140,8 @@ class CFM(nn.Module):
         # dt is an input only in mean mode; otherwise its token is that of dt = 0, for every row.
         delta = self.estimator.delta_token(dt if self.mean_mode else torch.zeros(1, dtype=dtype, device=x.device))
         time = self.estimator.time_token(t) + delta
+        if self.adapter_rows is not None:  # the CFG batch: both halves of a row use its adapter
+            self.adapter_rows.dit = torch.cat((state.adapter, state.adapter))
         mu2, cond_tokens = self.estimator.context(state.mu, state.cond)
         v_c, v_u = self.estimator(torch.cat((x, x)), time.repeat(2, 1), mu2, cond_tokens).split(batch)
         dot = (v_c * v_u).flatten(1).sum(dim=1)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.attention import AttentionBackend, get_attention_backend
+from engine.lora.linear import AdapterRows
 from engine.models.voxcpm.batch import BackboneInputs, ModelInputs, ModelOutputs
 from engine.models.voxcpm.cfm import CFM, FlowState
 from engine.models.voxcpm.config import VoxCPMConfig
@@ -78,6 +79,8 @@ class VoxCPMModel(nn.Module):
         self.stop_proj = nn.Linear(hidden, hidden)
         self.stop_head = nn.Linear(hidden, 2, bias=False)
         self.embed_scale = lm.scale_emb if lm.use_mup else None
+        # Per-row LoRA slots of the forward in progress, read by the LoRALinear layers (set by attach_lora).
+        self.adapter_rows: AdapterRows | None = None
 
     # -- setup ---------------------------------------------------------------------------------------------------
 
@@ -127,7 +130,10 @@ class VoxCPMModel(nn.Module):
     def _embed_audio(self, inputs: BackboneInputs, feats: torch.Tensor) -> torch.Tensor:
         """LocEnc embedding at audio positions, zero elsewhere. [N, P, D] -> [N, hidden]."""
         audio = inputs.audio_mask
+        rows = self.adapter_rows
         if inputs.attn.decode_only:  # decode positions are fed-back patches: encode every row (graph-friendly)
+            if rows is not None:
+                rows.audio = inputs.adapter
             emb = self.enc_to_lm_proj(self.feat_encoder(feats))
             return torch.where(audio[:, None], emb, torch.zeros_like(emb))
         emb = torch.zeros(feats.shape[0], self.config.lm_config.hidden_size, dtype=self.dtype, device=feats.device)
@@ -135,6 +141,8 @@ class VoxCPMModel(nn.Module):
             return emb
         index = audio.nonzero().squeeze(1)  # a prefill with prompt audio runs eagerly: this host sync is acceptable
         if index.numel():
+            if rows is not None:
+                rows.audio = None if inputs.adapter is None else inputs.adapter[index]
             emb[index] = self.enc_to_lm_proj(self.feat_encoder(feats[index]))
         return emb
 
@@ -145,8 +153,17 @@ class VoxCPMModel(nn.Module):
         lm_h, res_h, cond = self.backbone(inputs)
         if max_timesteps is None:
             max_timesteps = int(inputs.timesteps.max())
+        adapter = None if inputs.adapter is None else inputs.adapter[inputs.last_index]
         return self.generate(
-            lm_h, res_h, cond, inputs.cfg_value, inputs.temperature, inputs.timesteps, inputs.noise, max_timesteps
+            lm_h,
+            res_h,
+            cond,
+            inputs.cfg_value,
+            inputs.temperature,
+            inputs.timesteps,
+            inputs.noise,
+            max_timesteps,
+            adapter=adapter,
         )
 
     @torch.inference_mode()
@@ -156,6 +173,8 @@ class VoxCPMModel(nn.Module):
         position's latent patch [B, P, D]), all in the model dtype. N varies per step; the outputs do not."""
         attn = inputs.attn
         audio = inputs.audio_mask
+        if self.adapter_rows is not None:
+            self.adapter_rows.tokens = inputs.adapter
         feats = inputs.feats.to(self.dtype)
         feat_emb = self._embed_audio(inputs, feats)
         text_emb = self.base_lm.embed_tokens(inputs.token_ids)
@@ -182,17 +201,20 @@ class VoxCPMModel(nn.Module):
         temperature: torch.Tensor,
         timesteps: torch.Tensor,
         noise: torch.Tensor,
+        adapter: torch.Tensor | None = None,
     ) -> tuple[FlowState, torch.Tensor]:
         """What follows the backbone up to the Euler iterations, fixed shapes per batch size B (capturable): mu from
         `backbone`'s two hiddens, the CFM solver's start conditioned on `cond`, and the stop head on the base LM
         hidden -> (FlowState, stop bool [B]). Per-row settings as in ModelInputs (cfg_value, temperature [B]
         float32, timesteps [B] int64, noise [B, D, P] float32). Rows are independent: a row's result does not
-        depend on the others' values."""
+        depend on the others' values. `adapter`: int32 [B] LoRA slot per row (0 or None: none)."""
+        if self.adapter_rows is not None:
+            self.adapter_rows.seqs = adapter
         if self.fusion_concat_proj is not None:
             mu = torch.cat((self.lm_to_dit_proj(lm_h), self.res_to_dit_proj(res_h)), dim=-1)
         else:
             mu = self.lm_to_dit_proj(lm_h) + self.res_to_dit_proj(res_h)
-        state = self.feat_decoder.begin(mu, cond, noise.transpose(1, 2), temperature, cfg_value, timesteps)
+        state = self.feat_decoder.begin(mu, cond, noise.transpose(1, 2), temperature, cfg_value, timesteps, adapter)
         stop = self.stop_head(F.silu(self.stop_proj(lm_h))).argmax(dim=-1) == 1
         return state, stop
 
@@ -207,7 +229,8 @@ class VoxCPMModel(nn.Module):
         timesteps: torch.Tensor,
         noise: torch.Tensor,
         max_timesteps: int,
+        adapter: torch.Tensor | None = None,
     ) -> ModelOutputs:
         """The rest of a step: `start`, then every Euler iteration (max_timesteps >= each row's timesteps)."""
-        state, stop = self.start(lm_h, res_h, cond, cfg_value, temperature, timesteps, noise)
+        state, stop = self.start(lm_h, res_h, cond, cfg_value, temperature, timesteps, noise, adapter)
         return ModelOutputs(patches=self.feat_decoder.solve(state, max_timesteps).float(), stop=stop)

@@ -27,6 +27,7 @@ class Seq:
     cfg_value: float = 2.0
     temperature: float = 1.0
     timesteps: int = 10
+    adapter: int = 0  # LoRA slot (0: none)
     fed: int = 0  # prompt positions already in the KV cache
     blocks: list[int] = field(default_factory=list)
     patches: list[torch.Tensor] = field(default_factory=list)
@@ -64,7 +65,7 @@ class Driver:
         model = self.model
         dtype_feat = torch.float32
         ids, feats, mask, positions, slots = [], [], [], [], []
-        cu, seq_lens, finishing = [0], [], []
+        cu, seq_lens, finishing, adapter = [0], [], [], []
         for i, seq in enumerate(seqs):
             start = seq.kv_len
             if seq.prefilled:
@@ -86,6 +87,7 @@ class Driver:
                 positions.append(pos)
                 slots.append(seq.blocks[pos // self.block_size] * self.block_size + pos % self.block_size)
             cu.append(cu[-1] + n)
+            adapter += [seq.adapter] * n
             seq_lens.append(end)
             finishing.append(seq.prefilled)
         width = max(len(s.blocks) for s in seqs)
@@ -115,6 +117,7 @@ class Driver:
             noise=noise,
             attn=attn,
             text_only=False,
+            adapter=torch.tensor(adapter, dtype=torch.int32),
         )
         device = model.device
         for name in (
@@ -127,6 +130,7 @@ class Driver:
             "temperature",
             "timesteps",
             "noise",
+            "adapter",
         ):
             setattr(inputs, name, getattr(inputs, name).to(device))
         for name in ("cu_seqlens_q", "seq_lens", "slot_mapping", "block_tables"):

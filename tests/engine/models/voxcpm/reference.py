@@ -43,8 +43,9 @@ def reference_models() -> tuple[type, type]:
     return VoxCPMModel, VoxCPM2Model
 
 
-def load_reference(checkpoint: Path, tmp: Path) -> torch.nn.Module:
-    """The reference model of a checkpoint, in fp32 on the CPU.
+def load_reference(checkpoint: Path, tmp: Path, lora: Path | None = None) -> torch.nn.Module:
+    """The reference model of a checkpoint, in fp32 on the CPU; with `lora` (an adapter directory in the released
+    layout) its LoRAConfig injected and its weights loaded, every tensor of the file used.
 
     from_local casts the model (RoPE tables included) to config.json's dtype, so it reads a copy whose config
     says float32.
@@ -58,4 +59,11 @@ def load_reference(checkpoint: Path, tmp: Path) -> torch.nn.Module:
         (copy / "config.json").write_text(json.dumps(config))
     architecture = json.loads((copy / "config.json").read_text())["architecture"]
     cls = v2 if architecture == "voxcpm2" else v1
-    return cls.from_local(str(copy), optimize=False, device="cpu").eval()
+    if lora is None:
+        return cls.from_local(str(copy), optimize=False, device="cpu").eval()
+    config_cls = sys.modules[cls.__module__].LoRAConfig
+    lora_config = config_cls(**json.loads((lora / "lora_config.json").read_text())["lora_config"])
+    model = cls.from_local(str(copy), optimize=False, device="cpu", lora_config=lora_config).eval()
+    loaded, skipped = model.load_lora_weights(str(lora), device="cpu")
+    assert loaded and not skipped, f"the reference skipped adapter tensors: {skipped}"
+    return model
