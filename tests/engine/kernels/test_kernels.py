@@ -59,3 +59,20 @@ def test_fused_enabled_restores_the_previous_setting() -> None:
             assert kernels._enabled
         assert not kernels._enabled
     assert kernels._enabled
+
+
+def test_lora_twin_applies_each_rows_slot() -> None:
+    """Each row gets its own slot's (x A^T) B, slot 0 rows get nothing, other rows' slots never leak in."""
+    gen = torch.Generator().manual_seed(2)
+    slots, rank, k, n = 4, 3, 8, 5
+    a, b = torch.randn(slots, rank, k, generator=gen), torch.randn(slots, rank, n, generator=gen)
+    a[0], b[0] = 0, 0
+    x, y = torch.randn(6, k, generator=gen), torch.randn(6, n, generator=gen)
+    index = torch.tensor([0, 3, 1, 1, 2, 0], dtype=torch.int32)
+    expected = y.clone()
+    for m, s in enumerate(index.tolist()):
+        expected[m] += (x[m] @ a[s].t()) @ b[s]
+    got = y.clone()
+    kernels.lora_add_(got, x, index, a, b)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert torch.equal(got[0], y[0]) and torch.equal(got[5], y[5])

@@ -116,3 +116,47 @@ def test_dense_attention(dtype: torch.dtype, seq: int, heads: int, kv_heads: int
     assert got.shape == q.shape and got.is_contiguous()
     assert _rel(got, twin) < 1e-2
     assert _rel(got, exact) <= max(_rel(twin, exact), 1e-4) * 1.5
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("rows", "k", "n", "rank"), [(1, 64, 64, 16), (300, 2048, 2560, 96), (5632, 1024, 1024, 32)])
+def test_lora_add_mixed_slots(dtype: torch.dtype, rows: int, k: int, n: int, rank: int) -> None:
+    """Rows of 8 adapters and rows of none (slot 0) in one call, as a LoRA step mixes them."""
+    slots = 9
+    a = torch.randn(slots, rank, k, device="cuda", dtype=dtype) / k**0.5
+    b = torch.randn(slots, rank, n, device="cuda", dtype=dtype) * 0.05
+    a[0], b[0] = 0, 0
+    x = torch.randn(rows, k, device="cuda", dtype=dtype)
+    y = torch.randn(rows, n, device="cuda", dtype=dtype)
+    index = torch.randint(0, slots, (rows,), device="cuda", dtype=torch.int32)
+    expected = y.clone()
+    kernels.lora_add_torch(expected, x, index, a, b)
+    got = y.clone()
+    triton_ops.lora_add_(got, x, index, a, b)
+    update = (expected.float() - y.float()).norm()
+    assert float((got.float() - expected.float()).norm()) <= (4e-3 if dtype == torch.bfloat16 else 1e-5) * max(
+        float(update), 1.0
+    )
+    none = index == 0
+    assert torch.equal(got[none], y[none])  # rows without an adapter are untouched
+
+
+def test_lora_add_replays_in_a_cuda_graph() -> None:
+    """Captured once, replayed with other slots per row: the graph follows the staged index."""
+    a = torch.randn(5, 16, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(5, 16, 256, device="cuda", dtype=torch.bfloat16)
+    a[0], b[0] = 0, 0
+    x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+    y0 = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+    index = torch.zeros(64, dtype=torch.int32, device="cuda")
+    y = y0.clone()
+    triton_ops.lora_add_(y, x, index, a, b)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        triton_ops.lora_add_(y, x, index, a, b)
+    index.copy_(torch.randint(0, 5, (64,), device="cuda", dtype=torch.int32))
+    y.copy_(y0)
+    graph.replay()
+    expected = y0.clone()
+    kernels.lora_add_torch(expected, x, index, a, b)
+    assert _rel(y, expected) < 4e-3
