@@ -14,12 +14,14 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from engine.config import EngineConfig
 from engine.engine_core import EngineCore
-from engine.engine_loop import Abort, Add, Encode, EngineLoop, Item, Pause, Resume
+from engine.engine_loop import Abort, Add, Command, Encode, EngineLoop, Item, LoadLoRA, Pause, Resume, UnloadLoRA
 from engine.outputs import EngineError, EngineStats, ModelInfo
 from engine.params import GenerationRequest
 from engine.streams import EngineHandle, RequestStream
@@ -122,6 +124,26 @@ class AsyncEngine(EngineHandle):
 
         self.loop.submit(Encode(wav, padding, reply))
         return await asyncio.wrap_future(future)
+
+    async def _command(self, make: Callable[[Callable[[EngineError | None], None]], Command]) -> None:
+        """Submit a command that replies None or an EngineError, and wait for the reply."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def reply(error: EngineError | None) -> None:
+            if future.set_running_or_notify_cancel():
+                future.set_result(None) if error is None else future.set_exception(error)
+
+        self.loop.submit(make(reply))
+        await asyncio.wrap_future(future)
+
+    async def load_lora(self, name: str, directory: str | Path) -> None:
+        """Read and check the adapter in `directory` (off the engine thread), then make it resident as `name`."""
+        adapter = await asyncio.to_thread(self.core.read_lora, directory)
+        await self._command(lambda reply: LoadLoRA(name, adapter, reply))
+
+    async def unload_lora(self, name: str) -> None:
+        """EngineError if unknown or still used by a request."""
+        await self._command(lambda reply: UnloadLoRA(name, reply))
 
     def stats(self) -> EngineStats:
         return self.loop.stats()

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -103,6 +104,13 @@ class EngineClient(EngineHandle):
 
     async def check(self, request: GenerationRequest) -> None:
         await self._call("check", request)
+
+    async def load_lora(self, name: str, directory: str | Path) -> None:
+        """The engine process reads the adapter from `directory` (same machine) and makes it resident."""
+        await self._call("load_lora", name, str(directory))
+
+    async def unload_lora(self, name: str) -> None:
+        await self._call("unload_lora", name)
 
     def stats(self) -> EngineStats:
         return self._stats

@@ -29,6 +29,20 @@ class EngineConfig:
     # Text-only admissions of up to this many prompt positions (and 8 requests) replay a backbone graph: the
     # time to first audio at low load. 0: every admission's backbone runs eagerly.
     prefill_graph_tokens: int = 1024
+    # LoRA adapters resident at once (0: no LoRA support, no cost), their max rank, and the released linear names
+    # they may target (voxcpm's default targets: attention in the LMs and the LocDiT, and the projections).
+    max_loras: int = 0
+    max_lora_rank: int = 32
+    lora_modules: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "enc_to_lm_proj",
+        "lm_to_dit_proj",
+        "res_to_dit_proj",
+        "fusion_concat_proj",
+    )
 
     def __post_init__(self) -> None:
         assert self.max_num_seqs >= 1
@@ -40,4 +54,5 @@ class EngineConfig:
         assert 0 <= self.coalesce_ms <= self.coalesce_max_ms
         assert self.max_buffered_chunks >= 1
         assert self.prefill_graph_tokens >= 0
+        assert self.max_loras >= 0 and self.max_lora_rank >= 1 and self.lora_modules
         assert self.attention_backend in ("auto", "flash_attn", "sdpa", "torch")

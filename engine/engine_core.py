@@ -5,10 +5,12 @@ The model is the family's ModelRunner (engine/models/family.py), picked from the
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
 from engine.config import EngineConfig
+from engine.lora.format import Adapter, AdapterError, read_adapter
 from engine.models.family import ModelRunner
 from engine.models.registry import load_runner
 from engine.noise import draw_seed
@@ -50,6 +52,8 @@ class EngineCore:
     def add_sequence(self, seq: Sequence) -> None:
         if not self.healthy:
             raise EngineError("the engine has failed and accepts no requests")
+        if seq.params.lora is not None:
+            seq.lora_slot = self._lora_slot(seq.params.lora)
         try:
             self.scheduler.add(seq)
         except ValueError as exc:
@@ -57,6 +61,49 @@ class EngineCore:
 
     def add_request(self, request: GenerationRequest) -> None:
         self.add_sequence(self.make_sequence(request))
+
+    # LoRA adapters: read anywhere (read_lora touches no engine state), made resident and removed on the step loop's
+    # thread between steps (a few device copies: running requests do not wait).
+
+    def _lora_slot(self, name: str) -> int:
+        pool = self.runner.lora
+        if pool is None:
+            raise EngineError(f"unknown LoRA adapter {name!r}: this engine serves none (max_loras = 0)")
+        try:
+            return pool.slot(name)
+        except KeyError as exc:
+            raise EngineError(exc.args[0]) from None
+
+    def read_lora(self, directory: str | Path) -> Adapter:
+        """An adapter directory read and checked against this model and the engine's limits (EngineError if not)."""
+        pool = self.runner.lora
+        if pool is None:
+            raise EngineError("this engine serves no LoRA adapters (max_loras = 0)")
+        try:
+            return read_adapter(directory, pool.targets, pool.limits.max_rank)
+        except AdapterError as exc:
+            raise EngineError(str(exc)) from exc
+
+    def load_lora(self, name: str, adapter: Adapter) -> None:
+        pool = self.runner.lora
+        if pool is None:
+            raise EngineError("this engine serves no LoRA adapters (max_loras = 0)")
+        try:
+            pool.add(name, adapter)
+        except AdapterError as exc:
+            raise EngineError(str(exc)) from exc
+
+    def unload_lora(self, name: str) -> None:
+        """Remove a resident adapter; refused while a request (queued, running or paused) uses it."""
+        self._lora_slot(name)
+        users = sum(seq.params.lora == name for seq in self.scheduler.requests.values())
+        if users:
+            raise EngineError(f"LoRA adapter {name!r} is in use by {users} request(s); remove it once they end")
+        assert self.runner.lora is not None
+        self.runner.lora.remove(name)
+
+    def loras(self) -> tuple[str, ...]:
+        return tuple(self.runner.lora.names()) if self.runner.lora is not None else ()
 
     def abort(self, request_id: str) -> bool:
         """Cancel a queued or running request, freeing its KV blocks and slot now. False if unknown."""
@@ -123,6 +170,7 @@ class EngineCore:
             step_ms_avg=self.step_ms_avg,
             batch_size_avg=self.batch_size_avg,
             healthy=self.healthy,
+            loras=self.loras(),
         )
 
     def encode_audio(self, wav: np.ndarray, padding: str = "left") -> np.ndarray:

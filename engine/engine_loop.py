@@ -1,8 +1,9 @@
 """The engine's step loop, wherever it runs: on a thread beside an event loop (AsyncEngine) or as the main loop of an
 engine process (engine.process). It owns the EngineCore; everything else reaches it through `submit()`.
 
-- Commands (`Add`, `Abort`, `Pause`, `Resume`, `Encode`, `DropChannel`) queue under a condition variable and run at
-  every step boundary, in order.
+- Commands (`Add`, `Abort`, `Pause`, `Resume`, `Encode`, `DropChannel`, `LoadLoRA`, `UnloadLoRA`) queue under a
+  condition variable and run at every step boundary, in order. A LoRA adapter arrives already read and checked
+  (EngineCore.read_lora, on the caller's thread): the loop only copies it into its slot, so streams never wait.
 - Each request belongs to a `Channel`, the way its chunks travel to its consumer (an event loop in this process, or a
   worker process's socket). After each step every channel gets ONE `deliver()` with all of its requests' items, in
   the engine's order: per request, its chunks, then None if it was cancelled or the EngineError that ends it.
@@ -27,6 +28,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.engine_core import EngineCore
+from engine.lora.format import Adapter
 from engine.outputs import AudioChunk, EngineError, EngineStats
 from engine.params import GenerationParams, GenerationRequest
 from engine.sequence import Sequence
@@ -79,7 +81,22 @@ class DropChannel:
     channel: Channel
 
 
-Command = Add | Abort | Pause | Resume | Encode | DropChannel
+@dataclass(frozen=True, slots=True)
+class LoadLoRA:
+    name: str
+    adapter: Adapter
+    reply: Callable[[EngineError | None], None]  # called on the engine thread: None once resident, or the error
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadLoRA:
+    """Refused (EngineError) while any request uses the adapter: removing it would change their voice mid-stream."""
+
+    name: str
+    reply: Callable[[EngineError | None], None]
+
+
+Command = Add | Abort | Pause | Resume | Encode | DropChannel | LoadLoRA | UnloadLoRA
 
 
 class EngineLoop:
@@ -186,11 +203,23 @@ class EngineLoop:
                     except EngineError as exc:
                         latents = exc
                     reply(latents)
+                case LoadLoRA(name=name, adapter=adapter, reply=reply):
+                    reply(self._lora_change(lambda: self.core.load_lora(name, adapter)))
+                case UnloadLoRA(name=name, reply=reply):
+                    reply(self._lora_change(lambda: self.core.unload_lora(name)))
                 case DropChannel(channel=channel):
                     for request_id in [rid for rid, owner in self._owners.items() if owner is channel]:
                         self.core.abort(request_id)
                         del self._owners[request_id]
         self._hand_off(endings)
+
+    def _lora_change(self, change: Callable[[], None]) -> EngineError | None:
+        try:
+            change()
+        except EngineError as exc:
+            return exc
+        self._stats = self.core.stats()  # the new adapter list is visible at once
+        return None
 
     def _add(self, seq: Sequence, channel: Channel) -> EngineError | None:
         """Admit the request; the error that ends it at once if the engine refuses it."""
@@ -238,7 +267,7 @@ class EngineLoop:
         for command in commands:
             if isinstance(command, Add):
                 endings.append((command.channel, command.seq.request_id, EngineError(str(error))))
-            elif isinstance(command, Encode):
+            elif isinstance(command, Encode | LoadLoRA | UnloadLoRA):
                 command.reply(EngineError(str(error)))
         endings.extend((channel, request_id, EngineError(str(error))) for request_id, channel in self._owners.items())
         self._owners.clear()

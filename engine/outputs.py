@@ -58,6 +58,9 @@ class ModelInfo:
     # Identifies the audio encoder (a digest of its weights): latents from encode_audio() fit every engine with the
     # same id, and only those. Stored voices are bound to it.
     audio_encoder_id: str = ""
+    # LoRA limits: adapters resident at once (0: none served) and their max rank.
+    max_loras: int = 0
+    max_lora_rank: int = 0
 
     @property
     def supports_reference(self) -> bool:
@@ -77,3 +80,4 @@ class EngineStats:
     step_ms_avg: float  # exponential moving average over recent steps
     batch_size_avg: float
     healthy: bool
+    loras: tuple[str, ...] = ()  # names of the resident LoRA adapters

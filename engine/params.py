@@ -21,6 +21,8 @@ class GenerationParams:
     min_patches: int = 2
     # None: the reference's cap, min(6 * target text tokens + 10, engine max_patches).
     max_patches: int | None = None
+    # The name of a resident LoRA adapter to generate with (None: the base model).
+    lora: str | None = None
 
     def validate(self) -> None:
         if not 0.0 <= self.cfg_value <= 10.0:
@@ -35,6 +37,8 @@ class GenerationParams:
             raise ValueError(f"min_patches must be >= 0, got {self.min_patches}")
         if self.max_patches is not None and self.max_patches < 1:
             raise ValueError(f"max_patches must be >= 1, got {self.max_patches}")
+        if self.lora is not None and (not isinstance(self.lora, str) or not self.lora):
+            raise ValueError(f"lora must be an adapter name, got {self.lora!r}")
 
 
 @dataclass(frozen=True, slots=True)

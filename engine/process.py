@@ -9,7 +9,8 @@ closes) loses its requests at the next step boundary. The supervisor starts this
 open requests then fail with EngineError("engine closed").
 
 Messages (tuples, engine.ipc): from a worker `("add", request)`, `("abort", id)`, `("pause", id)`, `("resume", id)`,
-`("encode", call_id, wav, padding)`, `("check", call_id, request)`; to it `("hello", info, stats, pid)` once, then
+`("encode", call_id, wav, padding)`, `("check", call_id, request)`, `("load_lora", call_id, name, directory)`,
+`("unload_lora", call_id, name)`; to it `("hello", info, stats, pid)` once, then
 `("items", [(id, chunk | error | None)...], stats)` per step, `("reply", call_id, result | error)` and
 `("stats", stats)` while idle.
 """
@@ -30,7 +31,7 @@ from typing import Any
 from engine import ipc
 from engine.config import EngineConfig
 from engine.engine_core import EngineCore
-from engine.engine_loop import Abort, Add, DropChannel, Encode, EngineLoop, Item, Pause, Resume
+from engine.engine_loop import Abort, Add, DropChannel, Encode, EngineLoop, Item, LoadLoRA, Pause, Resume, UnloadLoRA
 from engine.outputs import EngineError
 
 logger = logging.getLogger(__name__)
@@ -89,6 +90,12 @@ class _WorkerChannel:
                 elif kind == "encode":
                     call_id, wav, padding = args
                     self.engine.submit(Encode(wav, padding, lambda result, c=call_id: self.send(("reply", c, result))))
+                elif kind == "load_lora":
+                    # Reading the adapter takes a while: on a thread of its own, so this worker's commands go on.
+                    threading.Thread(target=self._load_lora, args=args, name="engine-lora", daemon=True).start()
+                elif kind == "unload_lora":
+                    call_id, name = args
+                    self.engine.submit(UnloadLoRA(name, lambda result, c=call_id: self.send(("reply", c, result))))
                 elif kind == "check":
                     call_id, request = args
                     try:
@@ -101,6 +108,13 @@ class _WorkerChannel:
         except (EOFError, OSError, ValueError):
             pass
         self._gone()
+
+    def _load_lora(self, call_id: int, name: str, directory: str) -> None:
+        try:
+            adapter = self.engine.core.read_lora(directory)
+            self.engine.submit(LoadLoRA(name, adapter, lambda result: self.send(("reply", call_id, result))))
+        except EngineError as exc:
+            self.send(("reply", call_id, exc))
 
     def _gone(self) -> None:
         if not self.open:

@@ -50,6 +50,7 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     block_table: list[int] = field(default_factory=list)
     slot: int = -1  # index of the family's per-request device state (fed-back patch, decoder state, noise counter)
+    lora_slot: int = 0  # the resident LoRA adapter's slot (0: none), resolved when the engine takes the request
     num_cached: int = 0  # positions whose KV is written
     num_generated: int = 0  # patches generated (and emitted) so far
     finish_reason: FinishReason | None = None

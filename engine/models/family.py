@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.lora.pool import LoRAPool
 from engine.outputs import ModelInfo
 from engine.params import GenerationRequest
 from engine.sequence import FamilyPrompt, Sequence
@@ -38,6 +39,9 @@ class ModelRunner(Protocol):
 
     info: ModelInfo
     num_kv_blocks: int  # KV blocks of EngineConfig.kv_block_size positions that the scheduler may hand out
+    # The resident LoRA adapters (engine.lora): the core adds and removes them between steps, and gives each request
+    # its slot (Sequence.lora_slot) for `run` to apply per row. None where the family or the config serves none.
+    lora: LoRAPool | None
 
     def make_prompt(self, request: GenerationRequest) -> FamilyPrompt:
         """Validate and tokenise a request into what `run` reads at its prefill; ValueError names what is wrong.

@@ -54,10 +54,10 @@ MIXED = [("r0", 10, 8, 0), ("r1", 9, 8, 0), ("r2", 8, 6, 2), ("r3", 8, 6, 2)] + 
 ]
 
 
-def _run_mixed_steps(core: EngineCore) -> Chunks:
+def _run_mixed_steps(core: EngineCore, loras: dict[str, str] | None = None) -> Chunks:
     """Four requests join a running pair over two admissions; rows differ in Euler steps within a batch, and one
     newcomer (r2) continues prompt audio (primed VAE context). Decodes of 2, 2, 4, 4, 8, 8, 8 rows; admissions of
-    2, 2, 4."""
+    2, 2, 4. `loras`: the LoRA adapter of some requests (by request id)."""
     shape = (3, core.info.patch_size, core.info.feat_dim)
     latents = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     chunks: Chunks = {}
@@ -66,7 +66,12 @@ def _run_mixed_steps(core: EngineCore) -> Chunks:
         for request_id, timesteps, patches, joins in MIXED:
             if joins != step:
                 continue
-            params = GenerationParams(seed=int(request_id[1:]) + 1, inference_timesteps=timesteps, max_patches=patches)
+            params = GenerationParams(
+                seed=int(request_id[1:]) + 1,
+                inference_timesteps=timesteps,
+                max_patches=patches,
+                lora=(loras or {}).get(request_id),
+            )
             prompt = Prompt(text="the voice", latents=latents) if request_id == "r2" else Prompt()
             core.add_request(
                 GenerationRequest(text=f"hello {request_id}", prompt=prompt, params=params, request_id=request_id)

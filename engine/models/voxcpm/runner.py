@@ -18,6 +18,8 @@ Per-slot device state (indexed by `Sequence.slot`, written at admission, read by
   The autoregressive feedback never leaves the device.
 - `slot_seed`, `slot_step`: the counter-based noise key; `slot_step` counts the request's patches.
 - `slot_cfg`, `slot_temperature`, `slot_timesteps`: per-request sampling settings.
+- `slot_adapter`: the request's LoRA slot (0: none; only with max_loras > 0). The LoRA linears read it per row,
+  expanded to positions and LocDiT rows, so that rows of any adapters share every graph.
 - `slot_prompt_len`, `slot_blocks`: the decode position (prompt length + patches - 1) and the KV block
   table (fixed at admission: KV is reserved for the request's whole life, see block_manager.py).
 - the streaming VAE decoder's causal context (owned by `StreamingVAEDecoder`).
@@ -42,9 +44,11 @@ from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
 from engine.cuda_graphs import GraphSet, PrefillBuckets, bucket_sizes, smallest_fit
 from engine.device import kv_pool_blocks, resolve_device, resolve_dtype
+from engine.lora.pool import LoRALimits, LoRAPool
 from engine.models.family import StepResult
 from engine.models.voxcpm.batch import BackboneInputs
 from engine.models.voxcpm.checkpoint import LoadedVoxCPM, load_voxcpm
+from engine.models.voxcpm.lora import attach_lora
 from engine.models.voxcpm.prompt import HostPrompt, build_prompt
 from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
 from engine.noise import NoiseSource, standard_normal
@@ -126,6 +130,11 @@ class VoxCPMRunner:
         self.vae = checkpoint.vae
         self.patch_size = checkpoint.config.patch_size
         self.feat_dim = checkpoint.config.feat_dim
+        # The LoRA slots (fixed size) before the KV pool, which takes a share of the memory left after them.
+        self.lora: LoRAPool | None = None
+        if config.max_loras:
+            limits = LoRALimits(config.max_loras, config.max_lora_rank, config.lora_modules)
+            self.lora = attach_lora(self.model, limits)
 
         self.block_size = config.kv_block_size
         self.max_blocks_per_seq = -(-config.max_model_len // self.block_size)
@@ -154,6 +163,7 @@ class VoxCPMRunner:
         self.slot_cfg = torch.zeros(num_slots, device=self.device)
         self.slot_temperature = torch.zeros(num_slots, device=self.device)
         self.slot_timesteps = torch.ones(num_slots, dtype=torch.int64, device=self.device)
+        self.slot_adapter = torch.zeros(num_slots, dtype=torch.int32, device=self.device)
         # Where a slot's decode position and KV live: position = prompt length + patches generated - 1.
         self.slot_prompt_len = torch.ones(num_slots, dtype=torch.int64, device=self.device)
         self.slot_blocks = torch.full(
@@ -189,6 +199,8 @@ class VoxCPMRunner:
             voice_roles=("prompt", "reference", "both") if checkpoint.config.is_v2 else ("prompt",),
             continuation=True,
             audio_encoder_id=f"{checkpoint.config.architecture}-vae-{checkpoint.vae_sha256[:16]}",
+            max_loras=config.max_loras,
+            max_lora_rank=config.max_lora_rank if config.max_loras else 0,
         )
         self.graphs: StepGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager:
@@ -290,6 +302,8 @@ class VoxCPMRunner:
         self.slot_step[slots] = 0
         self.slot_cfg[slots] = floats_d[:, 0]
         self.slot_temperature[slots] = floats_d[:, 1]
+        if self.lora is not None:
+            self.slot_adapter[slots] = self._to_device(np.array([seq.lora_slot for seq in seqs], dtype=np.int32))
         self.slot_blocks[slots] = self._to_device(blocks)
         self.vae_decoder.reset(slots)
         # Prime in groups of equal context length: admissions are rare, so this loop is short.
@@ -306,12 +320,15 @@ class VoxCPMRunner:
 
     def _slot_settings(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
         steps = self.slot_step[slots]
-        return dict(
+        settings = dict(
             cfg_value=self.slot_cfg[slots],
             temperature=self.slot_temperature[slots],
             timesteps=self.slot_timesteps[slots],
             noise=self.noise(self.slot_seed[slots], steps, (self.feat_dim, self.patch_size)),
         )
+        if self.lora is not None:
+            settings["adapter"] = self.slot_adapter[slots]
+        return settings
 
     # the step's pieces (each a graph body: fixed shapes per row count, no host sync)
 
@@ -373,6 +390,7 @@ class VoxCPMRunner:
                 decode_only=True,
             ),
             text_only=False,
+            adapter=None if self.lora is None else self.slot_adapter[slots],
         )
 
     def make_prompt(self, request: GenerationRequest) -> HostPrompt:
@@ -540,6 +558,10 @@ class VoxCPMRunner:
         cu_seqlens = packed[4 * n : 4 * n + b + 1]
         seq_lens, last_index, slots = packed[4 * n + b + 1 : 4 * n + 4 * b + 1].view(3, b)
         block_tables = packed[4 * n + 4 * b + 1 :].view(b, self.max_blocks_per_seq)
+        adapter = None
+        if self.lora is not None:  # each position's sequence (padded positions: the last, padded, sequence)
+            seq_of = torch.searchsorted(cu_seqlens[1:], torch.arange(n, device=packed.device), right=True)
+            adapter = self.slot_adapter[slots[seq_of.clamp_(max=b - 1)]]
         inputs = BackboneInputs(
             token_ids=token_ids,
             feats=feats.to(self.dtype),
@@ -556,6 +578,7 @@ class VoxCPMRunner:
                 decode_only=False,
             ),
             text_only=text_only,
+            adapter=adapter,
         )
         return inputs, slots
 
