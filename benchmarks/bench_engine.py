@@ -9,6 +9,16 @@ JSON line per concurrency level with the anchor runner's keys plus the GPU memor
 With `--outliers K --outlier-timesteps N`, K requests of every burst ask for N Euler steps instead of the
 default 10: the line then also gives the others' RTF p90 and TTFB p50 (`others_*`), which shows what such a
 request costs the rest of the batch.
+
+With `--loras N` the engine holds N random LoRA adapters (rank --lora-rank, on the LM and LocDiT attention, made by
+engine.lora.make_adapter) and the requests of a burst use them round-robin, so every step mixes them; `--loras 0
+--max-loras 8` measures the LoRA pool's cost when no request uses it. `--hot-load` loads (then unloads) one more
+adapter in the middle of every burst. Every line gives the worst gap between two chunks of a stream
+(`gap_max_ms`), which a stall of the engine loop shows in.
+
+    python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 256                  # no LoRA
+    python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 256 --loras 8        # 8 mixed
+    python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 256 --loras 8 --hot-load
 """
 
 from __future__ import annotations
@@ -18,7 +28,9 @@ import asyncio
 import dataclasses
 import json
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -33,21 +45,34 @@ def percentile(xs: list[float], p: float) -> float:
 
 
 async def one(
-    engine: AsyncEngine, steps: int, sample_rate: int, timesteps: int | None = None
-) -> tuple[float, float, float]:
-    params = GenerationParams(seed=1, max_patches=steps, min_patches=steps)
+    engine: AsyncEngine, steps: int, sample_rate: int, timesteps: int | None = None, lora: str | None = None
+) -> tuple[float, float, float, float]:
+    params = GenerationParams(seed=1, max_patches=steps, min_patches=steps, lora=lora)
     if timesteps is not None:
         params = dataclasses.replace(params, inference_timesteps=timesteps)
     t0 = time.perf_counter()
     ttfb = None
     samples = 0
+    last, gap = t0, 0.0
     async for chunk in engine.generate(GenerationRequest(text=TEXT, params=params)):
+        now = time.perf_counter()
         if ttfb is None:
-            ttfb = time.perf_counter() - t0
+            ttfb = now - t0
+        else:
+            gap = max(gap, now - last)
+        last = now
         samples += len(chunk.samples)
     wall = time.perf_counter() - t0
     assert ttfb is not None
-    return ttfb, wall, samples / sample_rate
+    return ttfb, wall, samples / sample_rate, gap
+
+
+async def hot_load(engine: AsyncEngine, directory: Path, delay_s: float) -> None:
+    """Load and then unload an adapter that no request uses, while the burst runs."""
+    await asyncio.sleep(delay_s)
+    await engine.load_lora("hot", directory)
+    await asyncio.sleep(delay_s)
+    await engine.unload_lora("hot")
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -57,9 +82,18 @@ async def main(args: argparse.Namespace) -> None:
         max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len,
         enforce_eager=args.eager,
+        max_loras=max(args.max_loras, args.loras + args.hot_load),
+        max_lora_rank=args.lora_rank,
     )
     engine = AsyncEngine(config)
     await engine.start()
+    from engine.lora.make_adapter import make_adapter
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-loras-"))
+    names = [f"lora{i}" for i in range(args.loras)]
+    for i, name in enumerate(names):
+        await engine.load_lora(name, make_adapter(args.model, scratch / name, rank=args.lora_rank, seed=i))
+    hot = make_adapter(args.model, scratch / "hot", rank=args.lora_rank, seed=99) if args.hot_load else None
     sample_rate = engine.info.sample_rate
     print(json.dumps({"engine": "voxstream", "model_info": engine.info.name, "sample_rate": sample_rate}), flush=True)
     for _ in range(args.warmup):
@@ -71,8 +105,14 @@ async def main(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         outliers = min(args.outliers, c)
         timesteps = [args.outlier_timesteps] * outliers + [None] * (c - outliers)
-        results = await asyncio.gather(*[one(engine, args.steps, sample_rate, n) for n in timesteps])
+        loras = [names[i % len(names)] if names else None for i in range(c)]
+        hot_task = asyncio.create_task(hot_load(engine, hot, args.hot_load_delay_s)) if hot else None
+        results = await asyncio.gather(
+            *[one(engine, args.steps, sample_rate, n, lora) for n, lora in zip(timesteps, loras, strict=True)]
+        )
         wall = time.perf_counter() - t0
+        if hot_task is not None:
+            await hot_task
         ttfb = [r[0] for r in results]
         rtf = [r[1] / r[2] for r in results]
         audio = sum(r[2] for r in results)
@@ -86,6 +126,10 @@ async def main(args: argparse.Namespace) -> None:
             "rtf_p90": round(percentile(rtf, 90), 4),
             "audio_s_per_req": round(results[0][2], 2),
             "xrt_aggregate": round(audio / wall, 2),
+            "gap_max_ms": round(1000 * max(r[3] for r in results), 1),
+            "loras": len(names),
+            "max_loras": config.max_loras,
+            "hot_load": hot is not None,
         }
         if outliers:
             others = results[outliers:] or results
@@ -114,4 +158,9 @@ if __name__ == "__main__":
     p.add_argument("--eager", action="store_true")
     p.add_argument("--outliers", type=int, default=0, help="requests per burst with --outlier-timesteps")
     p.add_argument("--outlier-timesteps", type=int, default=30)
+    p.add_argument("--loras", type=int, default=0, help="random LoRA adapters the requests use round-robin")
+    p.add_argument("--max-loras", type=int, default=0, help="LoRA pool size (default: what --loras needs)")
+    p.add_argument("--lora-rank", type=int, default=32)
+    p.add_argument("--hot-load", action="store_true", help="load and unload one more adapter during each burst")
+    p.add_argument("--hot-load-delay-s", type=float, default=2.0)
     asyncio.run(main(p.parse_args()))

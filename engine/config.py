@@ -43,6 +43,7 @@ class EngineConfig:
         "res_to_dit_proj",
         "fusion_concat_proj",
     )
+    loras: tuple[tuple[str, str], ...] = ()  # (name, local adapter directory) made resident at start
 
     def __post_init__(self) -> None:
         assert self.max_num_seqs >= 1
@@ -55,4 +56,5 @@ class EngineConfig:
         assert self.max_buffered_chunks >= 1
         assert self.prefill_graph_tokens >= 0
         assert self.max_loras >= 0 and self.max_lora_rank >= 1 and self.lora_modules
+        assert len(self.loras) <= self.max_loras, "more start-up LoRA adapters than max_loras"
         assert self.attention_backend in ("auto", "flash_attn", "sdpa", "torch")

@@ -32,6 +32,8 @@ class EngineCore:
         self.num_steps = 0
         self.step_ms_avg = 0.0
         self.batch_size_avg = 0.0
+        for name, directory in config.loras:
+            self.load_lora(name, self.read_lora(directory))
 
     def make_sequence(self, request: GenerationRequest) -> Sequence:
         """Validate and tokenize a request (EngineError if it can never run). Touches no engine state, so

@@ -12,6 +12,7 @@ import abc
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 from engine.outputs import AudioChunk, EngineError, EngineStats, ModelInfo
 from engine.params import GenerationRequest
@@ -101,6 +102,15 @@ class EngineHandle(abc.ABC):
     @abc.abstractmethod
     async def check(self, request: GenerationRequest) -> None:
         """Raise EngineError if `request` could never run, without queueing anything."""
+
+    @abc.abstractmethod
+    async def load_lora(self, name: str, directory: str | Path) -> None:
+        """Make the LoRA adapter in `directory` (a local copy in the released layout) resident as `name`; EngineError
+        if it does not fit this engine or its limits."""
+
+    @abc.abstractmethod
+    async def unload_lora(self, name: str) -> None:
+        """EngineError if `name` is not resident or a request still uses it."""
 
     @abc.abstractmethod
     def stats(self) -> EngineStats: ...

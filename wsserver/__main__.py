@@ -15,6 +15,7 @@ import uvloop
 
 from engine import EngineConfig
 from wsserver.config import ServerConfig, parse_args, resolve_model
+from wsserver.loras import resolve_start_loras
 from wsserver.server import TTSServer
 from wsserver.supervisor import supervise
 from wsserver.voices import open_voices
@@ -40,6 +41,9 @@ async def serve_in_process(config: ServerConfig) -> None:
         max_num_seqs=config.max_num_seqs,
         max_patches=config.max_patches,
         coalesce_ms=config.coalesce_ms,
+        max_loras=config.lora_slots(),
+        max_lora_rank=config.max_lora_rank,
+        loras=await asyncio.to_thread(resolve_start_loras, config),
     )
     engine = await asyncio.to_thread(AsyncEngine, engine_config)
     await engine.start()

@@ -1,9 +1,9 @@
 """The HTTP application on the WebSocket port (Starlette, served by uvicorn; upgrades go to wsserver.websocket).
 
 Routes: probes and load figures (`/health`, `/ready`, `/status`, `/metrics`), what the server offers (`/info`,
-`/v1/models`), voices (`/v1/voices`, wsserver.voice_routes), OpenAI's speech endpoint (`/v1/audio/speech`,
-wsserver.speech), and the web demo at `/`. The `/v1/` routes need the API key when one is set; the probes, `/info`
-and the demo do not (they are for load balancers, scrapers and browsers).
+`/v1/models`), voices (`/v1/voices`, wsserver.voice_routes), LoRA adapters (`/v1/loras`, wsserver.loras), OpenAI's
+speech endpoint (`/v1/audio/speech`, wsserver.speech), and the web demo at `/`. The `/v1/` routes need the API key
+when one is set; the probes, `/info` and the demo do not (they are for load balancers, scrapers and browsers).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from wsserver import messages as m
 from wsserver.access import Caller
 from wsserver.encoding import FORMATS
 from wsserver.http import WS_PATH, ApiError, BodyLimit, Guard, json_response
+from wsserver.loras import LoRAs, lora_routes
 from wsserver.speech import DEFAULT_RATE, OPENAI_MODELS, speech_routes
 from wsserver.voice_routes import voice_routes
 
@@ -112,6 +113,11 @@ def make_app(server: TTSServer) -> Starlette:
                     "uploads": config.uploads.advertised(),
                 },
                 "max_connections": config.max_connections,
+                "loras": {
+                    "loaded": LoRAs(server.engines).names(),
+                    "max_loras": model.max_loras,
+                    "max_lora_rank": model.max_lora_rank,
+                },
             },
         )
 
@@ -141,10 +147,10 @@ def make_app(server: TTSServer) -> Starlette:
 
     def api_key(scope: Scope) -> ApiError | None:
         """The /v1/ routes need the API key and an allowed origin; the ones that change the server's state (adding or
-        deleting voices) the admin key, when one is set."""
+        deleting voices or LoRA adapters) the admin key, when one is set."""
         if not scope["path"].startswith("/v1/"):
             return None
-        changes = scope["method"] in ("POST", "DELETE") and scope["path"].startswith("/v1/voices")
+        changes = scope["method"] in ("POST", "DELETE") and scope["path"].startswith(("/v1/voices", "/v1/loras"))
         return server.authorize(caller_of(Request(scope)), admin=changes)
 
     routes = [
@@ -156,6 +162,7 @@ def make_app(server: TTSServer) -> Starlette:
         Route(WS_PATH, websocket_probe),
         Route("/v1/models", models),
         *voice_routes(server),
+        *lora_routes(server),
         *speech_routes(server),
         Mount("/", StaticFiles(directory=server.config.static_dir, html=True)),
     ]

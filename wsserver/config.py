@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.lora.source import AdapterSource, SourceError, parse_specs
 from wsserver.admission import ClientLimits
 from wsserver.decoding import UploadLimits
 from wsserver.protocol import Limits
@@ -25,6 +26,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Uploaded voices are user data, not a cache: they live under XDG_DATA_HOME unless --voices-store says otherwise.
 DATA_HOME = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
 DEFAULT_VOICES_STORE = DATA_HOME / "voxstream" / "voices"
+# Fetched LoRA adapters are a cache: they can always be fetched again.
+DEFAULT_LORA_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voxstream" / "loras"
+LORA_SLOTS_WITH_LORAS = 8  # --max-loras when --lora is given without it
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,14 @@ class ServerConfig:
     static_dir: Path = REPO_ROOT / "web_demo"
     drain_timeout_s: float = 30.0  # SIGTERM: how long open contexts may take to finish
     limits: Limits = field(default_factory=Limits)
+    loras: tuple[AdapterSource, ...] = ()  # --lora: adapters loaded at start
+    max_loras: int = 0  # adapters resident at once; 0: no LoRA support (no cost in the engine)
+    max_lora_rank: int = 32
+    lora_cache_dir: Path = DEFAULT_LORA_CACHE
+
+    def lora_slots(self) -> int:
+        """max_loras as the engines get it: --max-loras, or 8 when --lora names adapters without it."""
+        return self.max_loras or (max(LORA_SLOTS_WITH_LORAS, len(self.loras)) if self.loras else 0)
 
     def engine_devices(self) -> list[EngineDevice]:
         """`devices` as engines: "auto", "cpu", "cuda" or "cuda:N" is one engine; a comma list is one engine per entry,
@@ -146,7 +158,25 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("stall-timeout-s", float, limits.stall_timeout_s, "close a session whose client reads nothing this long")
     option("max-messages-per-s", float, limits.max_messages_per_s, "client messages per second per session")
     option("send-buffer-bytes", int, limits.send_buffer_bytes, "queued output per session before its audio pauses")
+    parser.add_argument(
+        "--lora",
+        action="append",
+        default=[env["TTSWS_LORA"]] if env.get("TTSWS_LORA") else [],
+        help="NAME=URI[#sha256=HEX] LoRA adapters loaded at start, repeatable or a comma list; URI: file://, "
+        "hf://owner/repo[@rev][?path=dir], https://base/ (env TTSWS_LORA)",
+    )
+    option("max-loras", int, defaults.max_loras, "LoRA adapters resident at once (default 0, or 8 with --lora)")
+    option("max-lora-rank", int, defaults.max_lora_rank, "largest LoRA rank accepted")
+    option("lora-cache-dir", Path, defaults.lora_cache_dir, "where fetched LoRA adapters are kept")
     args = parser.parse_args(argv)
+    try:
+        loras = tuple(parse_specs(args.lora))
+    except SourceError as exc:
+        parser.error(f"--lora: {exc}")
+    if args.max_loras < 0 or args.max_lora_rank < 1:
+        parser.error("--max-loras must be >= 0 and --max-lora-rank >= 1")
+    if args.max_loras and len(loras) > args.max_loras:
+        parser.error(f"--lora names {len(loras)} adapters but --max-loras is {args.max_loras}")
     config = ServerConfig(
         model=args.model,
         devices=args.devices,
@@ -180,6 +210,10 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
             max_messages_per_s=args.max_messages_per_s,
             send_buffer_bytes=args.send_buffer_bytes,
         ),
+        loras=loras,
+        max_loras=args.max_loras,
+        max_lora_rank=args.max_lora_rank,
+        lora_cache_dir=args.lora_cache_dir,
     )
     try:
         config.engine_devices()

@@ -36,8 +36,10 @@ class Continuity:
             reference = self.voice.latents
         return Prompt(text=self._text, latents=self._latents, reference_latents=reference)
 
-    def request(self, text: str, generation: GenerationSettings, segment: int, max_patches: int) -> GenerationRequest:
-        """The engine request for segment `segment` of the context, which says `text`."""
+    def request(
+        self, text: str, generation: GenerationSettings, segment: int, max_patches: int, lora: str | None = None
+    ) -> GenerationRequest:
+        """The engine request for segment `segment` of the context, which says `text` (with LoRA adapter `lora`)."""
         return GenerationRequest(
             text=text,
             prompt=self.prompt(),
@@ -48,6 +50,7 @@ class Continuity:
                 # Distinct but reproducible noise per segment of a seeded context.
                 seed=None if generation.seed is None else (generation.seed + segment) % 2**63,
                 max_patches=max_patches,
+                lora=lora or None,
             ),
         )
 

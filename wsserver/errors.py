@@ -15,6 +15,7 @@ class ErrorCode(enum.StrEnum):
     CTX_EXISTS = "ctx_exists"
     BAD_FORMAT = "bad_format"
     BAD_VOICE = "bad_voice"
+    BAD_LORA = "bad_lora"  # a LoRA adapter name that is not loaded (our addition)
     TEXT_TOO_LONG = "text_too_long"
     TOO_MANY_CONTEXTS = "too_many_contexts"
     OVER_CAPACITY = "over_capacity"

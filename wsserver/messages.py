@@ -100,6 +100,7 @@ class SettingsPatch:
     """A partial update: only the fields the client sent (already type-checked)."""
 
     voice: str | None = None
+    lora: str | None = None
     output: dict[str, Any] = field(default_factory=dict)
     buffering: dict[str, Any] = field(default_factory=dict)
     generation: dict[str, Any] = field(default_factory=dict)
@@ -108,17 +109,24 @@ class SettingsPatch:
 @dataclass(frozen=True, slots=True)
 class Settings:
     voice: str = "default"
+    lora: str = ""  # a loaded LoRA adapter's name; "": the voice's adapter, if it names one, else none
     output: OutputSettings = OutputSettings()
     buffering: BufferingSettings = BufferingSettings()
     generation: GenerationSettings = GenerationSettings()
 
-    def merged(self, patch: SettingsPatch, voices: Container[str], native_rate: int) -> Settings:
+    def merged(
+        self, patch: SettingsPatch, voices: Container[str], native_rate: int, loras: Container[str] = ()
+    ) -> Settings:
         """These settings with `patch` applied, checked as a whole (so a bad patch changes nothing)."""
         voice = self.voice if patch.voice is None else patch.voice
         if voice not in voices:
             raise ProtocolError(ErrorCode.BAD_VOICE, f"unknown voice {voice!r}; hello.voices lists them")
+        lora = self.lora if patch.lora is None else patch.lora
+        if lora and lora not in loras:
+            raise ProtocolError(ErrorCode.BAD_LORA, f"unknown LoRA adapter {lora!r}; hello.loras lists them")
         merged = Settings(
             voice=voice,
+            lora=lora,
             output=dataclasses.replace(self.output, **patch.output),
             buffering=dataclasses.replace(self.buffering, **patch.buffering),
             generation=dataclasses.replace(self.generation, **patch.generation),
@@ -131,6 +139,7 @@ class Settings:
     def effective(self, native_rate: int) -> dict[str, Any]:
         return {
             "voice": self.voice,
+            "lora": self.lora,
             "output": dataclasses.asdict(self.output.resolved(native_rate)),
             "buffering": dataclasses.asdict(self.buffering),
             "generation": dataclasses.asdict(self.generation),
@@ -234,6 +243,7 @@ _JSON_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "int | N
 def _settings_patch(obj: dict[str, Any]) -> SettingsPatch:
     return SettingsPatch(
         voice=_field(obj, "voice", str),
+        lora=_field(obj, "lora", str),
         output=_group(obj, "output", OutputSettings),
         buffering=_group(obj, "buffering", BufferingSettings),
         generation=_group(obj, "generation", GenerationSettings),
@@ -292,6 +302,7 @@ class Hello:
     sample_rates: list[int]
     voices: list[str]
     limits: dict[str, Any]
+    loras: dict[str, Any]  # {"loaded": [names], "max_loras": N, "max_lora_rank": R} (our addition)
     protocol: str = PROTOCOL
 
 

@@ -70,6 +70,30 @@ class VoiceCatalog(Protocol):
     def __contains__(self, key: object) -> bool: ...
 
 
+class LoRACatalog(Protocol):
+    """The LoRA adapters loaded in the engines (wsserver.loras): names checked when settings name one."""
+
+    max_loras: int
+    max_lora_rank: int
+
+    def names(self) -> list[str]: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+
+class NoLoRAs:
+    """The catalog of a server without LoRA adapters."""
+
+    max_loras = 0
+    max_lora_rank = 0
+
+    def names(self) -> list[str]:
+        return []
+
+    def __contains__(self, key: object) -> bool:
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class SessionConfig:
     session_id: str
@@ -78,6 +102,7 @@ class SessionConfig:
     voices: VoiceCatalog
     limits: Limits = field(default_factory=Limits)
     defaults: m.Settings = field(default_factory=m.Settings)
+    loras: LoRACatalog = field(default_factory=NoLoRAs)
 
 
 # -- actions for the adapter ---------------------------------------------------------------------------------------
@@ -92,6 +117,7 @@ class RunSegment:
     text: str  # normalised: what the model reads
     voice: Voice  # the context's, pinned when it was created
     generation: m.GenerationSettings
+    lora: str | None  # the LoRA adapter the segment generates with (the context's, else its voice's)
     continuing: bool  # not the context's first segment: continue the previous one's voice, and admit it first
 
 
@@ -263,6 +289,7 @@ class Context:
                     speech,
                     self.voice,
                     self.settings.generation,
+                    self.settings.lora or self.voice.lora,
                     continuing=self.segments > 0,
                 )
             )
@@ -391,6 +418,11 @@ class Session:
                 sorted({*m.PCM_RATES, config.native_rate}),
                 config.voices.ids(),
                 limits,
+                {
+                    "loaded": config.loras.names(),
+                    "max_loras": config.loras.max_loras,
+                    "max_lora_rank": config.loras.max_lora_rank,
+                },
             ),
             now,
         )
@@ -468,7 +500,9 @@ class Session:
             case m.Ping(t=t):
                 self.send(m.Pong(t), now)
             case m.SessionUpdate(defaults=patch):
-                self.defaults = self.defaults.merged(patch, self.config.voices, self.config.native_rate)
+                self.defaults = self.defaults.merged(
+                    patch, self.config.voices, self.config.native_rate, self.config.loras
+                )
                 self.send(m.SessionUpdated(self.defaults.effective(self.config.native_rate)), now)
             case m.ContextCreate(ctx=ctx, settings=patch, text=text):
                 self._append(self._create(ctx, patch, now), text, False, now)
@@ -499,13 +533,16 @@ class Session:
             limit = self.config.limits.max_contexts
             raise ProtocolError(ErrorCode.TOO_MANY_CONTEXTS, f"max_contexts={limit} contexts are open", ctx)
         try:
-            settings = self.defaults.merged(patch, self.config.voices, self.config.native_rate)
+            settings = self.defaults.merged(patch, self.config.voices, self.config.native_rate, self.config.loras)
         except ProtocolError as exc:
             exc.ctx = ctx
             raise
         voice = self.config.voices.get(settings.voice)
         if voice is None:  # deleted since the session's defaults named it
             raise ProtocolError(ErrorCode.BAD_VOICE, f"unknown voice {settings.voice!r}; hello.voices lists them", ctx)
+        if not settings.lora and voice.lora and voice.lora not in self.config.loras:
+            message = f"voice {voice.id!r} names LoRA adapter {voice.lora!r}, which is not loaded"
+            raise ProtocolError(ErrorCode.BAD_LORA, message, ctx)
         context = Context(self, ctx, self._new_handle(), settings, voice, now)
         self.contexts[ctx] = context
         self._handles.add(context.handle)

@@ -51,6 +51,7 @@ from wsserver.coordinator import Coordinator, WorkerReport
 from wsserver.errors import CloseCode
 from wsserver.http import RETRY_AFTER_S, ApiError, over_capacity
 from wsserver.link import CoordinatorLink, LocalLink, SlotTicket
+from wsserver.loras import LoRAs
 from wsserver.metrics import ServerMetrics
 from wsserver.protocol import AbortSegment, CloseConnection, RunSegment, Session, SessionConfig
 from wsserver.voices import VoiceStore
@@ -153,7 +154,7 @@ class TTSServer:
         config = self.config
         refusal = check_origin(caller, config.allowed_origins, keyed=config.api_key is not None)
         if refusal is None and admin and config.admin_key is not None:
-            return check_key(caller, config.admin_key, "changing the server's voices")
+            return check_key(caller, config.admin_key, "changing the server's voices or LoRA adapters")
         return refusal or check_key(caller, config.api_key)
 
     async def admit(self, caller: Caller) -> ApiError | None:
@@ -275,7 +276,14 @@ class Connection:
         self.websocket = websocket
         info = server.engine.info
         self.session = Session(
-            SessionConfig(uuid.uuid4().hex, info.name, info.sample_rate, server.voices, server.config.limits),
+            SessionConfig(
+                uuid.uuid4().hex,
+                info.name,
+                info.sample_rate,
+                server.voices,
+                server.config.limits,
+                loras=LoRAs(server.engines),
+            ),
             server.metrics,
             time.monotonic(),
         )
@@ -351,7 +359,8 @@ class Connection:
 
     async def _generate(self, action: RunSegment, ticket: SlotTicket, continuity: Continuity) -> None:
         session, now = self.session, time.monotonic
-        request = continuity.request(action.text, action.generation, action.segment, self.server.config.max_patches)
+        max_patches = self.server.config.max_patches
+        request = continuity.request(action.text, action.generation, action.segment, max_patches, action.lora)
         try:
             engine = self.server.engines[await ticket.granted]  # the engine whose slot it got
             session.segment_admitted(action.ctx, now())

@@ -15,7 +15,7 @@ import asyncio
 import base64
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Container
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from wsserver.continuity import Continuity
 from wsserver.encoding import FORMATS, FileEncoder
 from wsserver.errors import ErrorCode, ProtocolError
 from wsserver.http import ApiError, over_capacity
+from wsserver.loras import LoRAs
 from wsserver.normalize import normalize
 from wsserver.segmenter import Segmenter
 from wsserver.voices import Voice, VoiceStore
@@ -54,9 +55,12 @@ class SpeechRequest:
     stream: bool  # False: the whole file with Content-Length
     sse: bool
     generation: m.GenerationSettings
+    lora: str | None = None  # the LoRA adapter to speak with
 
 
-def parse_speech(body: bytes, voices: VoiceStore, model_name: str, native_rate: int, max_chars: int) -> SpeechRequest:
+def parse_speech(
+    body: bytes, voices: VoiceStore, model_name: str, native_rate: int, max_chars: int, loras: Container[str] = ()
+) -> SpeechRequest:
     """The request body -> a checked request; ApiError (400, or 404 for an unknown model) names the bad field."""
     try:
         obj = orjson.loads(body)
@@ -86,6 +90,9 @@ def parse_speech(body: bytes, voices: VoiceStore, model_name: str, native_rate: 
     voice = voices.get(voice_key) if isinstance(voice_key, str) else None
     if voice is None:
         raise ApiError(400, "unknown_voice", f"unknown voice {voice_key!r}; GET /v1/voices lists them", "voice")
+    lora = field("lora", str) or voice.lora  # our extension: a loaded LoRA adapter (default: the voice's, if any)
+    if lora and lora not in loras:
+        raise ApiError(400, "unknown_lora", f"LoRA adapter {lora!r} is not loaded; GET /v1/loras lists them", "lora")
     if field("instructions", str, ""):
         raise ApiError(400, "unsupported", "this model takes no 'instructions'; use a voice instead", "instructions")
     speed = field("speed", (int, float), 1.0)
@@ -119,7 +126,7 @@ def parse_speech(body: bytes, voices: VoiceStore, model_name: str, native_rate: 
         generation.check()
     except ProtocolError as exc:
         raise ApiError(400, "bad_request", exc.message.removeprefix("generation.")) from None
-    return SpeechRequest(text, voice, response_format, sample_rate, stream, stream_format == "sse", generation)
+    return SpeechRequest(text, voice, response_format, sample_rate, stream, stream_format == "sse", generation, lora)
 
 
 def segments(text: str) -> list[str]:
@@ -149,7 +156,9 @@ class Synthesis:
         assert server.link is not None
         continuity = Continuity(self.request.voice, self.info, server.config.carry_s)
         for index, text in enumerate(self.pieces):
-            engine_request = continuity.request(text, self.request.generation, index, server.config.max_patches)
+            engine_request = continuity.request(
+                text, self.request.generation, index, server.config.max_patches, self.request.lora
+            )
             latents = []
             ticket = server.link.queue(_unannounced, continuing=index > 0)
             try:
@@ -284,7 +293,8 @@ def speech_routes(server: TTSServer) -> list[Route]:
         if engine is None or voices is None:
             raise over_capacity("starting")
         info, limits = engine.info, server.config.limits
-        parsed = parse_speech(body, voices, info.name, info.sample_rate, limits.max_text_chars)
+        loras = LoRAs(server.engines)
+        parsed = parse_speech(body, voices, info.name, info.sample_rate, limits.max_text_chars, loras)
         pieces = segments(parsed.input)
         if not pieces:
             raise ApiError(400, "empty_input", "'input' has nothing the model can say", param="input")

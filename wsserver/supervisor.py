@@ -36,6 +36,7 @@ from engine.client import EngineClient
 from wsserver.config import ServerConfig, resolve_model
 from wsserver.coordinator import Coordinator
 from wsserver.link import serve_coordinator
+from wsserver.loras import resolve_start_loras
 from wsserver.worker import run as run_worker
 
 logger = logging.getLogger("wsserver.supervisor")
@@ -93,6 +94,7 @@ class Supervisor:
         self.workers: list[_Worker] = []
         self.stopping = False
         self.port = config.port
+        self.loras: tuple[tuple[str, str], ...] = ()  # the --lora adapters, fetched: (name, directory)
 
     async def run(self, stop: asyncio.Event) -> None:
         # Every worker's socket is bound before the model loads, so that connections queue instead of being refused.
@@ -101,6 +103,7 @@ class Supervisor:
         self.coordinator.start()
         try:
             model = await asyncio.to_thread(resolve_model, self.config)
+            self.loras = await asyncio.to_thread(resolve_start_loras, self.config)
             for index, device in enumerate(self.devices):
                 self.engines.append(self._start_engine(index, model, device.device, device.gpu))
             self.workers = [_Worker(i, self._start_worker(i, listener)) for i, listener in enumerate(listeners)]
@@ -132,6 +135,9 @@ class Supervisor:
             max_num_seqs=self.config.max_num_seqs,
             max_patches=self.config.max_patches,
             coalesce_ms=self.config.coalesce_ms,
+            max_loras=self.config.lora_slots(),
+            max_lora_rank=self.config.max_lora_rank,
+            loras=self.loras,
         )
         ours, theirs = _spawn.Pipe()
         process = _spawn.Process(

@@ -1,10 +1,11 @@
 """`/v1/voices`: clone a voice from an upload, list, read and delete voices (wsserver.voices keeps them).
 
 `POST /v1/voices` takes multipart form data: `audio` (a WAV, FLAC, MP3, Ogg or WebM file), `name`, `transcript` (what
-the audio says: needed for the `prompt` and `both` roles) and `role`: `prompt` (continuation: the default, on every
+the audio says: needed for the `prompt` and `both` roles), `role`: `prompt` (continuation: the default, on every
 model), `reference` (an isolated timbre reference, VoxCPM2) or `both` (prompt and reference from the same audio,
-VoxCPM2). The audio is decoded on a worker thread, encoded once on the engine, and stored before the id is returned:
-201 with the new voice, or 200 with the one already stored for the same content.
+VoxCPM2), and optionally `lora`: a loaded LoRA adapter the voice speaks with (a request may name another). The audio
+is decoded on a worker thread, encoded once on the engine, and stored before the id is returned: 201 with the new
+voice, or 200 with the one already stored for the same content.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engine import EngineError, GenerationRequest
 from engine.streams import EngineHandle
 from wsserver.decoding import AudioError, UploadLimits, decode
 from wsserver.http import ApiError, json_response
+from wsserver.loras import LoRAs
 from wsserver.voices import ROLES, Voice, VoiceLimitError, VoiceStore, upload_id
 
 if TYPE_CHECKING:
@@ -77,6 +79,9 @@ def voice_routes(server: TTSServer) -> list[Route]:
         uploading += 1
         try:
             upload = await _read_form(request, limits)
+            if upload["lora"] and upload["lora"] not in LoRAs(server.engines):
+                message = f"LoRA adapter {upload['lora']!r} is not loaded; GET /v1/loras lists them"
+                raise ApiError(400, "unknown_lora", message, param="lora")
             voice = await _clone(server.engine, voices, limits, **upload)
             stored, new = await _store(voices, voice)
         finally:
@@ -102,10 +107,10 @@ async def _read_form(request: Request, limits: UploadLimits) -> dict[str, object
     audio = form.get("audio")
     if not isinstance(audio, UploadFile):
         raise ApiError(400, "missing_field", "'audio' (a file) is required", param="audio")
-    fields = {name: form.get(name, "") for name in ("name", "transcript", "role")}
+    fields = {name: form.get(name, "") for name in ("name", "transcript", "role", "lora")}
     if not all(isinstance(value, str) for value in fields.values()):
         raise ApiError(400, "bad_request", "name, transcript and role are text fields, not files")
-    name, transcript, role = (str(fields[key]).strip() for key in ("name", "transcript", "role"))
+    name, transcript, role, lora = (str(fields[key]).strip() for key in ("name", "transcript", "role", "lora"))
     role = role or "prompt"
     if role not in ROLES:
         raise ApiError(400, "bad_request", f"role must be one of {list(ROLES)}", param="role")
@@ -120,11 +125,18 @@ async def _read_form(request: Request, limits: UploadLimits) -> dict[str, object
     if len(transcript) > limits.max_transcript_chars:
         message = f"the transcript exceeds max_transcript_chars={limits.max_transcript_chars}"
         raise ApiError(400, "transcript_too_long", message, param="transcript")
-    return {"data": await audio.read(), "name": name, "transcript": transcript, "role": role}
+    return {"data": await audio.read(), "name": name, "transcript": transcript, "role": role, "lora": lora}
 
 
 async def _clone(
-    engine: EngineHandle, voices: VoiceStore, limits: UploadLimits, data: bytes, name: str, transcript: str, role: str
+    engine: EngineHandle,
+    voices: VoiceStore,
+    limits: UploadLimits,
+    data: bytes,
+    name: str,
+    transcript: str,
+    role: str,
+    lora: str,
 ) -> Voice:
     """Decode, check and encode an upload (or find the voice already stored for the same content)."""
     info = engine.info
@@ -136,7 +148,7 @@ async def _clone(
     except AudioError as exc:
         status = 413 if exc.code == "audio_too_big" else 400
         raise ApiError(status, exc.code, str(exc), param="audio") from None
-    voice_id = upload_id(wav, role, transcript, info.audio_encoder_id)
+    voice_id = upload_id(wav, role, transcript, info.audio_encoder_id, lora)
     if (existing := voices.get(voice_id)) is not None:
         return existing
     try:
@@ -153,6 +165,7 @@ async def _clone(
         reference_latents=reference,
         source="upload",
         duration_s=wav.size / info.encoder_sample_rate,
+        lora=lora or None,
     )
     try:
         await engine.check(GenerationRequest(text=_PROBE_TEXT, prompt=voice.prompt()))

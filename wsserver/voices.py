@@ -67,6 +67,7 @@ class Voice:
     source: str = "builtin"  # "builtin" | "dir" | "upload"
     duration_s: float = 0.0
     created_at: float = 0.0
+    lora: str | None = None  # the LoRA adapter this voice speaks with, unless a request names another
 
     def prompt(self) -> Prompt:
         """The conditioning of a context's first segment."""
@@ -83,13 +84,15 @@ class Voice:
             "source": self.source,
             "duration_s": round(self.duration_s, 3),
             "created_at": int(self.created_at),
+            "lora": self.lora,
         }
 
 
-def upload_id(audio: np.ndarray, role: str, transcript: str, audio_encoder_id: str) -> str:
-    """The content address of an upload: everything its latents depend on, and nothing else (not its name)."""
+def upload_id(audio: np.ndarray, role: str, transcript: str, audio_encoder_id: str, lora: str | None = None) -> str:
+    """The content address of an upload: everything its latents depend on, and the LoRA adapter it speaks with (a
+    voice without one keeps the id it always had), nothing else (not its name)."""
     digest = hashlib.sha256()
-    for part in (audio_encoder_id, role, transcript):
+    for part in (audio_encoder_id, role, transcript, *((lora,) if lora else ())):
         digest.update(part.encode())
         digest.update(b"\0")
     digest.update(np.ascontiguousarray(audio, np.float32).tobytes())
@@ -296,6 +299,7 @@ def _metadata(voice: Voice, audio_encoder_id: str) -> dict[str, str]:
         "audio_encoder_id": audio_encoder_id,
         "duration_s": repr(voice.duration_s),
         "created_at": repr(voice.created_at),
+        "lora": voice.lora or "",
     }
 
 
@@ -321,4 +325,5 @@ def _read(path: Path) -> Voice:
         source="upload",
         duration_s=float(metadata["duration_s"]),
         created_at=float(metadata["created_at"]),
+        lora=metadata.get("lora") or None,
     )

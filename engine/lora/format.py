@@ -25,17 +25,14 @@ from pathlib import Path
 
 import torch
 
+from engine.lora import CONFIG_FILE, WEIGHTS_FILE, AdapterError
 from engine.models.voxcpm.state_dict import mismatches
 
-CONFIG_FILE = "lora_config.json"
-WEIGHTS_FILE = "lora_weights.safetensors"
+__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "Adapter", "AdapterError", "LoRAConfig", "Target", "read_adapter"]
+
 GROUPS = ("lm", "dit", "proj")
 ATTENTION = ("q_proj", "v_proj", "k_proj", "o_proj")  # voxcpm's default LM and DiT targets
 PROJECTIONS = ("enc_to_lm_proj", "lm_to_dit_proj", "res_to_dit_proj", "fusion_concat_proj")  # VoxCPM2's defaults
-
-
-class AdapterError(ValueError):
-    """An adapter's files do not make a valid adapter for this model and engine."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.lora.format import CONFIG_FILE, WEIGHTS_FILE, AdapterError
+from engine.lora import CONFIG_FILE, WEIGHTS_FILE, AdapterError
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SHA256 = re.compile(r"[0-9a-f]{64}")

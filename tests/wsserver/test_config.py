@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from wsserver.config import parse_args
 
 
@@ -16,3 +18,32 @@ def test_flags_environment_and_defaults() -> None:
 def test_api_key_opens_all_interfaces_unless_a_host_is_given() -> None:
     assert parse_args(["--api-key", "k"], {}).bind_host == "0.0.0.0"
     assert parse_args(["--api-key", "k", "--host", "10.0.0.1"], {}).bind_host == "10.0.0.1"
+
+
+def test_lora_flags() -> None:
+    sha = "ab" * 32
+    config = parse_args(["--lora", f"calm=file:///a#sha256={sha}", "--lora", "b=/b,c=hf://o/r@v2?path=x"], {})
+    assert [(s.name, s.uri, s.sha256) for s in config.loras] == [
+        ("calm", "file:///a", sha),
+        ("b", "/b", None),
+        ("c", "hf://o/r@v2?path=x", None),
+    ]
+    assert config.lora_slots() == 8  # --lora without --max-loras: room to add more at run time
+    assert parse_args(["--max-loras", "3"], {"TTSWS_LORA": "a=/a"}).lora_slots() == 3
+    assert parse_args([], {}).lora_slots() == 0  # no LoRA: none of its cost
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--lora", "nameless"], "expected NAME=URI"),
+        (["--lora", "a=/a,a=/b"], "given twice"),
+        (["--lora", "a=/a#sha256=00"], "bad sha256"),
+        (["--lora", "a=/a,b=/b", "--max-loras", "1"], "names 2 adapters but --max-loras is 1"),
+        (["--max-lora-rank", "0"], "--max-lora-rank >= 1"),
+    ],
+)
+def test_bad_lora_flags(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv, {})
+    assert message in capsys.readouterr().err

@@ -56,7 +56,9 @@ def test_a_context_from_text_to_done() -> None:
         "output": {"format": "pcm_s16le", "sample_rate": RATE, "channels": 1, "frame_ms": 20},
     }
     [run] = session.actions()
-    assert run == RunSegment("a", 0, "Hello there, how are you today?", run.voice, run.generation, continuing=False)
+    assert run == RunSegment(
+        "a", 0, "Hello there, how are you today?", run.voice, run.generation, None, continuing=False
+    )
     assert run.voice.id == "default" and run.voice.latents is None
     session.segment_admitted("a", 0.1)
     session.segment_audio("a", PATCH, 0.2)

@@ -197,3 +197,10 @@ async def test_engine_process_loads_adapters(checkpoint: Path, adapters: dict[st
                 await collect(client, request("gone", "a"))
         finally:
             await client.close()
+
+
+def test_adapters_loaded_at_start(checkpoint: Path, adapters: dict[str, Path], tmp_path: Path) -> None:
+    core = EngineCore(engine_config(checkpoint, max_loras=2, max_lora_rank=8, loras=(("a", str(adapters["a"])),)))
+    assert core.stats().loras == ("a",)
+    with pytest.raises(EngineError, match=r"missing lora_config\.json"):
+        EngineCore(engine_config(checkpoint, max_loras=1, loras=(("x", str(tmp_path)),)))
