@@ -14,14 +14,16 @@ of KV. A request's prompt takes `num_positions` positions at its first step (pre
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from engine.lora.pool import LoRAPool
 from engine.outputs import ModelInfo
 from engine.params import GenerationRequest
 from engine.sequence import FamilyPrompt, Sequence
+
+if TYPE_CHECKING:  # torch: only where a family runs
+    from engine.lora.pool import LoRAPool
 
 
 @dataclass(slots=True)
