@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,3 +114,11 @@ async def server_process(checkpoint: Path, *args: str) -> AsyncIterator[ServerPr
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 60) -> None:
+    """Wait for what the server's processes settle to asynchronously (an abort reaches the engine after the close
+    that caused it; the figures of /status after the worker reports them)."""
+    async with asyncio.timeout(timeout):
+        while not await condition():
+            await asyncio.sleep(0.05)

@@ -18,7 +18,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from tests.e2e.client import Client, http_get
-from tests.servers import ServerProcess, server_process
+from tests.servers import ServerProcess, server_process, until
 
 TEXT = "The quick brown fox jumps over the lazy dog. "
 
@@ -31,12 +31,6 @@ async def speak(server: ServerProcess, ctx: str = "c", text: str = TEXT) -> dict
         return await client.until_ended(ctx, timeout=120)
     finally:
         await client.close()
-
-
-async def until(condition: Callable[[], object], timeout: float = 60) -> None:
-    async with asyncio.timeout(timeout):
-        while not await condition():  # type: ignore[misc]
-            await asyncio.sleep(0.1)
 
 
 async def sessions_on_both_workers(server: ServerProcess, count: int) -> list[Client]:
