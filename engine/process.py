@@ -28,8 +28,11 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+import torch
+
 from engine import ipc
 from engine.config import EngineConfig
+from engine.device import resolve_device
 from engine.engine_core import EngineCore
 from engine.engine_loop import Abort, Add, DropChannel, Encode, EngineLoop, Item, LoadLoRA, Pause, Resume, UnloadLoRA
 from engine.outputs import EngineError
@@ -148,6 +151,11 @@ def run(config: EngineConfig, path: str, control: Connection, gpu: str | None = 
         engines[0].stop()
 
     threading.Thread(target=watch_control, name="engine-control", daemon=True).start()
+    if resolve_device(config.device).type == "cuda":
+        # The step runs on the GPU; the host only stages small arrays. At torch's default, a team of OpenMP threads
+        # (one per core) would start with the first large host-side op, at some point mid-run (a 10,000-session
+        # soak saw 15 threads appear at once after 8,000 sessions), to compete with the worker processes for cores.
+        torch.set_num_threads(1)
     try:
         engine = EngineLoop(EngineCore(config))
     except Exception as exc:
