@@ -1,0 +1,166 @@
+"""The Qwen3 decoder stack of the talker and of the code predictor (pre-RMSNorm, GQA with per-head q/k RMSNorm,
+1-D RoPE, SwiGLU, no biases).
+
+The talker's interleaved M-RoPE always receives three equal position streams (the reference's `get_rope_index`
+is `cumsum(mask) - 1` per row, decode adds the row's offset), so it is exactly 1-D RoPE on positions 0..L-1 of
+each sequence. Numerics follow the reference: RMSNorm normalises in fp32 and rounds before the weight multiply;
+cos/sin are computed in fp32 (here from the positions, so no table bounds the length) and the rotation is done
+in fp32; attention scores, softmax and the weighted sum run in fp32 (the predictor's 15 sequential passes
+compound any bf16 rounding there, vLLM-Omni issue 2274).
+
+Two attention forms: `paged` (the talker: packed positions, K/V in the engine's paged pool through the attention
+backend) and `cached` (the code predictor: B rows in lockstep, K/V in a small dense per-row cache [B, S, kv, D]
+that lives for one frame).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine import kernels
+from engine.attention import AttentionBackend
+from engine.attention.metadata import AttentionMetadata
+from engine.models.qwen3tts.config import DecoderStackConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return kernels.rms_norm(x, self.weight, self.eps)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 cos/sin [..., 1, head_dim] for integer positions [...] (the reference's default RoPE)."""
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim)
+    )
+    freqs = positions.float()[..., None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().unsqueeze(-2), emb.sin().unsqueeze(-2)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: DecoderStackConfig, backend: AttentionBackend | None) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = self.head_dim**-0.5
+        self.backend = backend
+        hidden = config.hidden_size
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        # Paged pool of the talker's layer, bound by Qwen3TTSModel.allocate_kv_cache (not in the state dict).
+        self.k_cache = torch.empty(0)
+        self.v_cache = torch.empty(0)
+
+    def _qkv(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+        lead = x.shape[:-1]
+        q = self.q_norm(self.q_proj(x).view(*lead, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(*lead, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
+        # The twin, not the fused kernel: that one rotates inside a fused qkv buffer, which this layer has not.
+        q, k = kernels.rope_torch(q, *rope), kernels.rope_torch(k, *rope)
+        return q, k, v
+
+    def paged(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], attn: AttentionMetadata):
+        """x [N, hidden] packed positions of B sequences -> [N, hidden]."""
+        assert self.backend is not None
+        q, k, v = self._qkv(x, rope)
+        out = self.backend.paged(q, k, v, self.k_cache, self.v_cache, attn, self.scale)
+        return self.o_proj(out.reshape(x.shape[0], -1))
+
+    def cached(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        cache: tuple[torch.Tensor, torch.Tensor],
+        start: int,
+    ) -> torch.Tensor:
+        """x [B, S, hidden] at positions start..start+S-1 of every row; cache (k, v) [B, max, kv, D] is written
+        there and read causally. Scores, softmax and the weighted sum in fp32."""
+        q, k, v = self._qkv(x, rope)
+        k_cache, v_cache = cache
+        end = start + x.shape[1]
+        k_cache[:, start:end] = k.to(k_cache.dtype)
+        v_cache[:, start:end] = v.to(v_cache.dtype)
+        batch, len_q = x.shape[:2]
+        group = self.num_heads // self.num_kv_heads
+        qg = q.float().reshape(batch, len_q, self.num_kv_heads, group, self.head_dim)
+        keys, values = k_cache[:, :end].float(), v_cache[:, :end].float()
+        scores = torch.einsum("bqhgd,bkhd->bhgqk", qg, keys) * self.scale
+        if len_q > 1:
+            q_pos = torch.arange(start, end, device=x.device)
+            causal = torch.arange(end, device=x.device)[None, :] <= q_pos[:, None]
+            scores = scores.masked_fill(~causal, float("-inf"))
+        out = torch.einsum("bhgqk,bkhd->bqhgd", scores.softmax(dim=-1), values)
+        return self.o_proj(out.reshape(batch, len_q, -1).to(x.dtype))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: DecoderStackConfig, backend: AttentionBackend | None) -> None:
+        super().__init__()
+        self.self_attn = Attention(config, backend)
+        self.mlp = MLP(config.hidden_size, config.intermediate_size)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, attend) -> torch.Tensor:
+        x = x + attend(self.self_attn, self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Qwen3Stack(nn.Module):
+    """Layers + final norm (the reference's `*.model` minus its embeddings)."""
+
+    def __init__(self, config: DecoderStackConfig, backend: AttentionBackend | None) -> None:
+        super().__init__()
+        self.config = config
+        self.layers = nn.ModuleList(DecoderLayer(config, backend) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
+
+    def forward_paged(self, x: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:
+        """x [N, hidden] packed, positions [N] -> normed hidden [N, hidden]."""
+        rope = self.rope(positions)
+        for layer in self.layers:
+            x = layer(x, lambda a, h: a.paged(h, rope, attn))
+        return self.norm(x)
+
+    def forward_cached(
+        self, x: torch.Tensor, start: int, caches: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """x [B, S, hidden] at positions start.. of every row, one (k, v) cache per layer -> normed [B, S, hidden]."""
+        rope = self.rope(torch.arange(start, start + x.shape[1], device=x.device))
+        for layer, cache in zip(self.layers, caches, strict=True):
+            x = layer(x, lambda a, h, cache=cache: a.cached(h, rope, cache, start))
+        return self.norm(x)
+
+    def new_caches(self, batch: int, length: int, device: torch.device, dtype: torch.dtype):
+        shape = (batch, length, self.config.num_key_value_heads, self.config.head_dim)
+        return [
+            (torch.empty(shape, device=device, dtype=dtype), torch.empty(shape, device=device, dtype=dtype))
+            for _ in self.layers
+        ]
