@@ -89,9 +89,18 @@ def tokenize(job: dict) -> dict:
     return {"ids": [m._tokenize_texts([t])[0][0].tolist() for t in job["texts"]]}
 
 
+def layout(job: dict) -> dict:
+    """Names and shapes of every tensor the reference's modules hold for a checkpoint's configs."""
+    m = _model(job["checkpoint"])
+    return {
+        "model": {k: tuple(v.shape) for k, v in m.model.state_dict().items()},
+        "codec": {k: tuple(v.shape) for k, v in m.model.speech_tokenizer.model.state_dict().items()},
+    }
+
+
 def main() -> None:
     jobs = torch.load(sys.argv[1], weights_only=False)
-    handlers = {"generate": generate, "decode": decode, "tokenize": tokenize}
+    handlers = {"generate": generate, "decode": decode, "tokenize": tokenize, "layout": layout}
     torch.save([handlers[job["op"]](job) for job in jobs], sys.argv[2])
 
 
