@@ -39,7 +39,7 @@ def test_tokenizer_matches_reference(loaded, reference) -> None:
 
 @pytest.mark.parametrize("name", list(REQUESTS))
 def test_codes_and_audio_match_reference(name, loaded, reference) -> None:
-    variant, _, items, extra = REQUESTS[name]
+    variant, _, _, extra = REQUESTS[name]
     model = loaded(variant)
     settings = GREEDY if extra.get("greedy", True) else GenerationSettings(max_frames=FRAMES, seed=extra["seed"])
     prompts = our_prompts(model, name)
