@@ -123,7 +123,7 @@ def reference(qwen_checkpoint: Callable[[str], Path], tmp_path_factory: pytest.T
                 "items": items,
                 "max_new_tokens": FRAMES + 1,
                 **extra,
-            }  # fmt: skip
+            }
         )
         names.append(name)
     for variant in VARIANTS:
