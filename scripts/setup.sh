@@ -2,8 +2,8 @@
 # Installs everything the project needs on a fresh Debian/Ubuntu machine, idempotently:
 # system libraries (libopus; Chromium for the browser tests), a virtual environment with the CPU build of
 # torch (GPU hosts: create the venv with a CUDA torch first, this script keeps it), the project itself,
-# and with --test the test tools, the Pipecat and LiveKit Agents extras and the reference `voxcpm` package that the
-# parity tests compare against.
+# and with --test the test tools, the Pipecat and LiveKit Agents extras and the reference packages (`voxcpm`, and
+# `qwen-tts` beside the venv's site-packages) that the parity tests compare against.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +35,14 @@ if [ "$with_test" = 1 ]; then
   # The reference implementation, for parity tests only. Its declared dependencies (gradio, funasr,
   # torchaudio, ...) are for its demo and training code; the model code needs what [test] installs.
   "${pip[@]}" --no-deps voxcpm==2.0.3
+  # The Qwen3-TTS reference pins transformers 4.57 while the project (and voxcpm) run 5.x, so it goes, with the
+  # transformers, tokenizers, huggingface_hub and accelerate versions it accepts, into a side directory that only
+  # its parity worker (tests/engine/models/qwen3tts/ref_worker.py) puts first on sys.path.
+  qwen_ref="$venv/qwen-tts-ref"
+  if [ ! -d "$qwen_ref/qwen_tts" ]; then
+    "${pip[@]}" --no-deps --target "$qwen_ref" qwen-tts==0.1.1 transformers==4.57.3 tokenizers==0.22.1 \
+      huggingface_hub==0.36.0 accelerate==1.12.0
+  fi
   # The Gateway API and Prometheus Operator CRD schemas, as the npm packages of @kubernetes-models carry them, for
   # validating the chart offline; pinned by tests/deploy/package-lock.json.
   deploy_tests=tests/deploy

@@ -5,20 +5,28 @@ lives in a side directory (scripts/setup.sh --test installs it there) that only 
 sys.path. Usage: `python ref_worker.py JOBS.pt OUT.pt`; JOBS is a list of dicts, OUT the list of results.
 
 `qwen_tts` imports its 25 Hz tokenizer stack at import time, which needs `torchaudio` (no CPU wheel for this
-torch) and the `sox` binding; neither runs on the 12 Hz path, so both are stubbed by empty modules here.
+torch), the `sox` binding and onnxruntime; none runs on the 12 Hz path, so those missing are stubbed by empty
+modules here.
 transformers is imported first: it probes for torchaudio and must see the truth.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import sys
 import types
 
 import torch
 import transformers  # noqa: F401
 
-for _name in ("torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi", "sox"):
-    sys.modules.setdefault(_name, types.ModuleType(_name))
+STUBS = {"torchaudio": ("torchaudio.compliance", "torchaudio.compliance.kaldi"), "sox": (), "onnxruntime": ()}
+for _top, _subs in STUBS.items():
+    if importlib.util.find_spec(_top) is None:
+        for _name in (_top, *_subs):
+            sys.modules[_name] = types.ModuleType(_name)
+            # torch._dynamo probes optional modules with find_spec, which needs a spec on anything in sys.modules
+            sys.modules[_name].__spec__ = importlib.machinery.ModuleSpec(_name, None)
 
 from qwen_tts import Qwen3TTSModel  # noqa: E402
 
