@@ -53,6 +53,19 @@ def _uniform(bits: torch.Tensor) -> torch.Tensor:
     return (bits.double() + 0.5) * 2.0**-32
 
 
+def _key(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    key = _mix32((seeds & _MASK32) ^ 0x9E3779B9)
+    key = _mix32(key ^ (seeds >> 32))
+    return _mix32(key ^ (steps & _MASK32)).unsqueeze(1)  # [B, 1]
+
+
+def _bits(seeds: torch.Tensor, steps: torch.Tensor, count: int) -> torch.Tensor:
+    """int64 [B, count]: 32 random bits per counter 0..count-1 of each row's (seed, step) stream."""
+    key = _key(seeds, steps)
+    counters = torch.arange(count, device=seeds.device, dtype=torch.int64)
+    return _mix32(_mix32(key ^ counters) ^ key)
+
+
 def standard_normal(seeds: torch.Tensor, steps: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     """float32 [B, *shape] of N(0, 1) noise; row b depends only on (seeds[b], steps[b]).
 
@@ -60,11 +73,13 @@ def standard_normal(seeds: torch.Tensor, steps: torch.Tensor, shape: tuple[int, 
     2j and 2j + 1 (one Box-Muller pair, cosine branch).
     """
     numel = math.prod(shape)
-    key = _mix32((seeds & _MASK32) ^ 0x9E3779B9)
-    key = _mix32(key ^ (seeds >> 32))
-    key = _mix32(key ^ (steps & _MASK32)).unsqueeze(1)  # [B, 1]
-    counters = torch.arange(2 * numel, device=seeds.device, dtype=torch.int64)
-    bits = _mix32(_mix32(key ^ counters) ^ key).view(-1, numel, 2)  # [B, numel, (u1, u2)]
+    bits = _bits(seeds, steps, 2 * numel).view(-1, numel, 2)  # [B, numel, (u1, u2)]
     u1, u2 = _uniform(bits[..., 0]), _uniform(bits[..., 1])
     normal = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
     return normal.float().view(-1, *shape)
+
+
+def uniform(seeds: torch.Tensor, steps: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """float64 [B, *shape] uniform in (0, 1), keyed like `standard_normal` (element j uses counter j), for
+    discrete draws (e.g. Gumbel-max sampling of token ids)."""
+    return _uniform(_bits(seeds, steps, math.prod(shape))).view(-1, *shape)

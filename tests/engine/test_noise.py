@@ -1,6 +1,6 @@
 import torch
 
-from engine.noise import draw_seed, standard_normal
+from engine.noise import draw_seed, standard_normal, uniform
 
 
 def test_distribution_is_standard_normal():
@@ -48,3 +48,16 @@ def test_known_values_pin_the_stream():
 
 def test_draw_seed_is_in_range():
     assert all(0 <= draw_seed() < 2**63 for _ in range(100))
+
+
+def test_uniform_is_uniform_and_keyed_like_normal():
+    seeds = torch.tensor([3, 9, 3], dtype=torch.int64)
+    steps = torch.tensor([0, 0, 0], dtype=torch.int64)
+    u = uniform(seeds, steps, (20000,))
+    assert u.dtype == torch.float64 and u.shape == (3, 20000)
+    assert torch.equal(u[0], u[2]) and not torch.equal(u[0], u[1])
+    assert ((u > 0) & (u < 1)).all()
+    hist = torch.histc(u[:2].flatten(), bins=10, min=0, max=1)
+    assert (hist - 4000).abs().max() < 300
+    alone = uniform(seeds[1:2], steps[1:2], (20000,))
+    assert torch.equal(alone[0], u[1])

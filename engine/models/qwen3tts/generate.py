@@ -4,6 +4,9 @@ offline batched driver over the paged talker (tests, the CLI's reference form).
 `frame_step` is the family's per-step piece, independent of who schedules rows: for B rows with their talker
 hiddens it samples codebook 0 (EOS ends a row), runs the code predictor for all rows at once, and builds each
 row's next talker input (the frame's summed embeddings + the row's next trailing text row, or tts_pad).
+
+Draws use counter noise keyed by (request seed, frame * 16 + codebook), or, with `reference_rng`, the
+reference's RNG stream (see sampling.py).
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.attention.metadata import AttentionMetadata
-from engine.models.qwen3tts.model import Qwen3TTSModel
+from engine.models.qwen3tts.model import Noise, Qwen3TTSModel
 from engine.models.qwen3tts.prompt import Qwen3Prompt
-from engine.models.qwen3tts.sampling import SamplingParams, choose, codebook0_mask, process_codebook0
+from engine.models.qwen3tts.sampling import RowSampling, SamplingParams, choose, codebook0_mask, process_codebook0
+from engine.noise import draw_seed, uniform
+
+CODEBOOKS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +34,7 @@ class GenerationSettings:
     predictor: SamplingParams = field(default_factory=SamplingParams)
     repetition_penalty: float = 1.05
     max_frames: int = 2047
-    seed: int | None = None
+    seed: int | None = None  # None: a fresh one (counter noise) or the global RNG (reference stream)
 
     def __post_init__(self) -> None:
         if not self.repetition_penalty > 0:
@@ -43,20 +49,35 @@ class RowState:
 
     settings: GenerationSettings
     trailing: torch.Tensor  # [T, H] text rows fed one per frame; the last one (tts_pad) repeats
-    generator: torch.Generator | None
+    seed: int
+    generator: torch.Generator | None  # the reference RNG stream's, when that is used
     history: list[int] = field(default_factory=list)  # codebook-0 ids emitted so far
     frames: list[torch.Tensor] = field(default_factory=list)
     finished: bool = False
 
     @classmethod
-    def start(cls, model: Qwen3TTSModel, prompt: Qwen3Prompt, settings: GenerationSettings) -> RowState:
+    def start(
+        cls, model: Qwen3TTSModel, prompt: Qwen3Prompt, settings: GenerationSettings, reference_rng: bool = False
+    ) -> RowState:
+        seed = draw_seed() if settings.seed is None else settings.seed
         generator = None
-        if settings.seed is not None:
+        if reference_rng and settings.seed is not None:
             generator = torch.Generator(device=model.device).manual_seed(settings.seed)
-        return cls(settings, model.trailing_embed(prompt), generator)
+        return cls(settings, model.trailing_embed(prompt), seed, generator)
 
 
-def frame_step(model: Qwen3TTSModel, hidden: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
+def _noise(rows: list[RowState], device: torch.device, reference_rng: bool) -> Noise:
+    if reference_rng:
+        generators = [r.generator for r in rows]
+        return lambda codebook, vocab: generators
+    seeds = torch.tensor([r.seed for r in rows], dtype=torch.int64, device=device)
+    frames = torch.tensor([len(r.frames) for r in rows], dtype=torch.int64, device=device)
+    return lambda codebook, vocab: uniform(seeds, frames * CODEBOOKS + codebook, (vocab,))
+
+
+def frame_step(
+    model: Qwen3TTSModel, hidden: torch.Tensor, rows: list[RowState], reference_rng: bool = False
+) -> torch.Tensor:
     """hidden [B, H]: each row's last talker hidden. Appends a frame to each row that does not end here, marks
     rows that end (EOS or their frame cap), and returns the next talker input [B, H] (rows that ended: ignore)."""
     device = hidden.device
@@ -74,9 +95,9 @@ def frame_step(model: Qwen3TTSModel, hidden: torch.Tensor, rows: list[RowState])
         codebook0_mask(vocab, eos, device),
         eos,
     )
-    generators = [r.generator for r in rows]
-    c0 = choose(logits, [r.settings.talker for r in rows], generators)
-    frames = model.predict_rest(hidden, c0, [r.settings.predictor for r in rows], generators)
+    noise = _noise(rows, device, reference_rng)
+    c0 = choose(logits, RowSampling.of([r.settings.talker for r in rows], device), noise(0, vocab))
+    frames = model.predict_rest(hidden, c0, RowSampling.of([r.settings.predictor for r in rows], device), noise)
     step_rows = []
     for i, r in enumerate(rows):
         code = int(c0[i])
@@ -96,14 +117,15 @@ class OfflineGenerator:
     Rows leave the batch when they end, so the remaining rows keep running at smaller batch sizes; each row's
     numbers do not depend on its neighbours (batch == alone, up to float summation order)."""
 
-    def __init__(self, model: Qwen3TTSModel, block_size: int = 16) -> None:
+    def __init__(self, model: Qwen3TTSModel, block_size: int = 16, reference_rng: bool = False) -> None:
         self.model = model
         self.block_size = block_size
+        self.reference_rng = reference_rng
 
     def generate(self, prompts: list[Qwen3Prompt], settings: list[GenerationSettings]) -> list[torch.Tensor]:
         """codes [T_i, 16] per request (int64, CPU)."""
         model, bs = self.model, self.block_size
-        rows = [RowState.start(model, p, s) for p, s in zip(prompts, settings, strict=True)]
+        rows = [RowState.start(model, p, s, self.reference_rng) for p, s in zip(prompts, settings, strict=True)]
         lengths = [len(p) + s.max_frames for p, s in zip(prompts, settings, strict=True)]
         per_row = [-(-n // bs) for n in lengths]
         model.allocate_kv_cache(sum(per_row) + 1, bs)
@@ -143,7 +165,7 @@ class OfflineGenerator:
             active = list(range(len(rows)))
             hidden = forward(active, [model.embed_prompt(p) for p in prompts])
             while active:
-                next_inputs = frame_step(model, hidden, [rows[i] for i in active])
+                next_inputs = frame_step(model, hidden, [rows[i] for i in active], self.reference_rng)
                 keep = [j for j, i in enumerate(active) if not rows[i].finished]
                 if not keep:
                     break

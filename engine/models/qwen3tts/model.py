@@ -12,7 +12,7 @@ E0 is the talker's codec embedding, E_g the predictor's (talker width, mapped to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -22,8 +22,11 @@ from engine.attention.metadata import AttentionMetadata
 from engine.models.qwen3tts.config import Qwen3TTSConfig, TalkerConfig
 from engine.models.qwen3tts.prompt import Qwen3Prompt
 from engine.models.qwen3tts.qwen3 import Qwen3Stack
-from engine.models.qwen3tts.sampling import SamplingParams, choose
+from engine.models.qwen3tts.sampling import RowSampling, choose
 from engine.models.qwen3tts.speaker_encoder import SpeakerEncoder
+
+# noise(codebook, vocab): what `choose` draws codebook `codebook` (0..15) of this frame with, for every row
+Noise = Callable[[int, int], "torch.Tensor | Sequence[torch.Generator | None]"]
 
 
 class TalkerStack(Qwen3Stack):
@@ -73,14 +76,9 @@ class CodePredictor(nn.Module):
         proj = getattr(self, "small_to_mtp_projection", None)
         return x if proj is None else proj(x)
 
-    def forward(
-        self,
-        hidden: torch.Tensor,
-        first: torch.Tensor,
-        params: Sequence[SamplingParams],
-        generators: Sequence[torch.Generator | None],
-    ) -> torch.Tensor:
-        """hidden [B, H_talker] (talker output), first [B, H_talker] = E0(c0) -> codes [B, groups-1]."""
+    def forward(self, hidden: torch.Tensor, first: torch.Tensor, sampling: RowSampling, noise: Noise) -> torch.Tensor:
+        """hidden [B, H_talker] (talker output), first [B, H_talker] = E0(c0) -> codes [B, groups-1]; codebook g
+        draws with `noise(g, vocab)`."""
         groups = len(self.lm_head)
         caches = self.model.new_caches(hidden.shape[0], groups + 1, hidden.device, hidden.dtype)
         x = self._project(torch.stack((hidden, first), dim=1))
@@ -88,7 +86,8 @@ class CodePredictor(nn.Module):
         for g in range(groups):
             start = 0 if g == 0 else g + 1
             out = self.model.forward_cached(x, start, caches)
-            code = choose(self.lm_head[g](out[:, -1]).float(), params, generators)
+            logits = self.lm_head[g](out[:, -1]).float()
+            code = choose(logits, sampling, noise(g + 1, logits.shape[-1]))
             codes.append(code)
             if g + 1 < groups:
                 x = self._project(self.model.codec_embedding[g](code))[:, None]
@@ -167,15 +166,9 @@ class Qwen3TTSModel(nn.Module):
     def codebook0_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.talker.codec_head(hidden).float()
 
-    def predict_rest(
-        self,
-        hidden: torch.Tensor,
-        c0: torch.Tensor,
-        params: Sequence[SamplingParams],
-        generators: Sequence[torch.Generator | None],
-    ) -> torch.Tensor:
+    def predict_rest(self, hidden: torch.Tensor, c0: torch.Tensor, sampling: RowSampling, noise: Noise) -> torch.Tensor:
         """Codebooks 1..15 for rows with talker hidden [B, H] and codebook 0 [B] -> full frames [B, 16]."""
-        rest = self.talker.code_predictor(hidden, self.codec_embed(c0), params, generators)
+        rest = self.talker.code_predictor(hidden, self.codec_embed(c0), sampling, noise)
         return torch.cat((c0[:, None], rest), dim=1)
 
     # -- KV pool ------------------------------------------------------------------------------------------------

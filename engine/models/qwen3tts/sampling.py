@@ -7,9 +7,14 @@ in that order (transformers' processor order), and one draw from the softmax. Co
 predictor's heads): temperature, top-k, top-p and a draw, no penalty. Greedy takes the argmax of the processed
 logits (transformers applies the penalty, suppression and EOS mask then, but not the warpers).
 
-Draws use `torch.multinomial` on one row at a time with that row's own generator: a request's codes then depend
-only on its seed, never on what else is in the batch, and a request seeded like the reference's global RNG
-draws the reference's codes (same call order: codebook 0, then 1..15, per frame).
+Every step is vectorised over rows with per-row settings (`RowSampling`), and there are two ways to draw:
+- counter noise (the engine's): Gumbel-max over uniforms that are a pure function of (seed, draw index)
+  (`engine.noise.uniform`), fixed shapes, no host sync, so a request draws the same ids alone or batched and a
+  CUDA graph can hold the draw;
+- the reference's RNG stream: `torch.multinomial` on one row at a time with that row's generator, so a request
+  seeded like the reference's global RNG draws the reference's very ids (same call order: codebook 0, then
+  1..15, per frame). The parity tests use it; it loops over rows on the host.
+Both draw from the same distribution (the softmax of the warped logits).
 """
 
 from __future__ import annotations
@@ -44,9 +49,11 @@ def repetition_penalty(logits: torch.Tensor, history: torch.Tensor, penalty: tor
     penalised once, as transformers' gather/scatter does: negative logits multiplied, positive divided."""
     if history.shape[1] == 0:
         return logits
-    seen = torch.zeros_like(logits, dtype=torch.bool)
-    valid = history >= 0
-    seen.scatter_(1, history.clamp(min=0), valid)
+    vocab = logits.shape[-1]
+    # empty history slots (-1) mark a spare column, so no write can clear a real id's mark
+    seen = torch.zeros(logits.shape[0], vocab + 1, dtype=torch.bool, device=logits.device)
+    seen.scatter_(1, torch.where(history >= 0, history, vocab), True)
+    seen = seen[:, :vocab]
     p = penalty[:, None].to(logits.dtype)
     penalised = torch.where(logits < 0, logits * p, logits / p)
     return torch.where(seen, penalised, logits)
@@ -76,32 +83,55 @@ def process_codebook0(
     return logits
 
 
-def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Temperature, top-k, top-p as transformers' warpers do them (filtered logits become -inf)."""
-    if params.temperature != 1.0:
-        logits = logits / params.temperature
-    if params.top_k:
-        k = min(params.top_k, logits.shape[-1])
-        kth = torch.topk(logits, k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if params.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=False)
-        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-        remove = cumulative <= (1 - params.top_p)
-        remove[..., -1:] = False
-        logits = logits.masked_fill(remove.scatter(1, order, remove), float("-inf"))
-    return logits
+@dataclass(frozen=True, slots=True)
+class RowSampling:
+    """Per-row sampling settings as tensors [B] on the logits' device."""
+
+    do_sample: torch.Tensor  # bool
+    temperature: torch.Tensor  # float32
+    top_k: torch.Tensor  # int64, 0 = off
+    top_p: torch.Tensor  # float32, 1.0 = off
+
+    @classmethod
+    def of(cls, params: Sequence[SamplingParams], device: torch.device | str) -> RowSampling:
+        return cls(
+            torch.tensor([p.do_sample for p in params], device=device),
+            torch.tensor([p.temperature if p.do_sample else 1.0 for p in params], device=device),
+            torch.tensor([p.top_k if p.do_sample else 0 for p in params], device=device),
+            torch.tensor([p.top_p if p.do_sample else 1.0 for p in params], device=device),
+        )
+
+
+def warp(logits: torch.Tensor, s: RowSampling) -> torch.Tensor:
+    """Temperature, top-k, top-p per row, as transformers' warpers do them (filtered logits become -inf)."""
+    logits = logits / s.temperature[:, None]
+    vocab = logits.shape[-1]
+    ordered = logits.sort(dim=-1, descending=True).values
+    k = s.top_k.clamp(max=vocab)
+    kth = ordered.gather(1, (k - 1).clamp(min=0)[:, None])
+    kth = torch.where(k[:, None] > 0, kth, torch.full_like(kth, float("-inf")))
+    logits = logits.masked_fill(logits < kth, float("-inf"))
+    sorted_logits, order = torch.sort(logits, descending=False)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    remove = (cumulative <= (1 - s.top_p[:, None])) & (s.top_p[:, None] < 1.0)
+    remove[..., -1:] = False
+    return logits.masked_fill(remove.scatter(1, order, remove), float("-inf"))
 
 
 def choose(
-    logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]
+    logits: torch.Tensor, s: RowSampling, noise: torch.Tensor | Sequence[torch.Generator | None]
 ) -> torch.Tensor:
-    """One id per row of processed logits [B, V]: argmax for greedy rows, else a draw with the row's generator."""
+    """One id per row of processed logits [B, V]: argmax for greedy rows, else a draw from the warped softmax,
+    by Gumbel-max when `noise` is uniforms [B, V] (float64, in (0, 1)), else by `torch.multinomial` with each
+    row's generator (None: the global RNG, as the reference)."""
     greedy = logits.argmax(dim=-1)
+    warped = warp(logits, s)
+    if isinstance(noise, torch.Tensor):
+        gumbel = -torch.log(-torch.log(noise))
+        drawn = (warped.double() + gumbel).argmax(dim=-1)
+        return torch.where(s.do_sample, drawn, greedy)
     out = greedy.clone()
-    for row, (p, gen) in enumerate(zip(params, generators, strict=True)):
-        if not p.do_sample:
-            continue
-        probs = warp(logits[row : row + 1], p).softmax(dim=-1)
-        out[row] = torch.multinomial(probs, 1, generator=gen)[0, 0]
+    for row, gen in enumerate(noise):
+        if bool(s.do_sample[row]):
+            out[row] = torch.multinomial(warped[row : row + 1].softmax(dim=-1), 1, generator=gen)[0, 0]
     return out

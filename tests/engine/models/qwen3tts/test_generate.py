@@ -17,8 +17,8 @@ def _prompt(model, text: str, speaker: str = "vivian", non_streaming: bool | Non
     return build_prompt(request, model.tokenizer, model.config)
 
 
-@pytest.mark.parametrize("sampled", [False, True])
-def test_alone_equals_batched(loaded, sampled: bool) -> None:
+@pytest.mark.parametrize("mode", ["greedy", "counter-noise", "reference-rng"])
+def test_alone_equals_batched(loaded, mode: str) -> None:
     model = loaded("customvoice-1.7b")
     prompts = [
         _prompt(model, "Hello."),
@@ -27,12 +27,12 @@ def test_alone_equals_batched(loaded, sampled: bool) -> None:
     ]
     caps = [4, 2, 6]  # rows leave the batch at different steps
     settings = [
-        GenerationSettings(max_frames=cap, seed=11 + i)
-        if sampled
-        else GenerationSettings(GREEDY.talker, GREEDY.predictor, max_frames=cap)
+        GenerationSettings(GREEDY.talker, GREEDY.predictor, max_frames=cap)
+        if mode == "greedy"
+        else GenerationSettings(max_frames=cap, seed=11 + i)
         for i, cap in enumerate(caps)
     ]
-    generator = OfflineGenerator(model.model)
+    generator = OfflineGenerator(model.model, reference_rng=mode == "reference-rng")
     batched = generator.generate(prompts, settings)
     for prompt, setting, codes in zip(prompts, settings, batched, strict=True):
         alone = generator.generate([prompt], [setting])[0]
