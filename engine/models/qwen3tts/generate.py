@@ -19,7 +19,14 @@ import torch
 from engine.attention.metadata import AttentionMetadata
 from engine.models.qwen3tts.model import Noise, Qwen3TTSModel
 from engine.models.qwen3tts.prompt import Qwen3Prompt
-from engine.models.qwen3tts.sampling import RowSampling, SamplingParams, choose, codebook0_mask, process_codebook0
+from engine.models.qwen3tts.sampling import (
+    MIN_NEW_TOKENS,
+    RowSampling,
+    SamplingParams,
+    choose,
+    codebook0_mask,
+    process_codebook0,
+)
 from engine.noise import draw_seed, uniform
 
 CODEBOOKS = 16
@@ -91,7 +98,7 @@ def frame_step(
         model.codebook0_logits(hidden),
         history.to(device),
         torch.tensor([r.settings.repetition_penalty for r in rows], device=device),
-        torch.tensor([len(r.history) for r in rows], device=device),
+        torch.tensor([len(r.history) >= MIN_NEW_TOKENS for r in rows], device=device),
         codebook0_mask(vocab, eos, device),
         eos,
     )

@@ -71,15 +71,16 @@ def process_codebook0(
     logits: torch.Tensor,
     history: torch.Tensor,
     penalty: torch.Tensor,
-    frames_done: torch.Tensor,
+    eos_allowed: torch.Tensor,
     suppress: torch.Tensor,
     eos_id: int,
 ) -> torch.Tensor:
-    """The processors before the warpers: penalty, suppression, EOS mask while frames_done [B] < 2."""
+    """The processors before the warpers: penalty, suppression, EOS masked where not eos_allowed [B] (the
+    reference: from frame MIN_NEW_TOKENS on)."""
     logits = repetition_penalty(logits.float(), history, penalty)
     logits = logits.masked_fill(suppress, float("-inf"))
-    early = frames_done < MIN_NEW_TOKENS
-    logits[:, eos_id] = torch.where(early, torch.full_like(logits[:, eos_id], float("-inf")), logits[:, eos_id])
+    eos = logits[:, eos_id]
+    logits[:, eos_id] = torch.where(eos_allowed, eos, torch.full_like(eos, float("-inf")))
     return logits
 
 

@@ -69,12 +69,12 @@ def test_codebook0_suppression_and_early_eos() -> None:
         logits,
         torch.zeros(2, 0, dtype=torch.int64),
         torch.ones(2),
-        torch.tensor([1, 2]),
+        torch.tensor([False, True]),
         codebook0_mask(vocab, eos, "cpu"),
         eos,
     )
     assert torch.isinf(out[:, 2048:2150]).all() and torch.isinf(out[:, 2151:]).all()
-    assert torch.isinf(out[0, eos]) and out[1, eos] == 0  # EOS allowed from the third frame on
+    assert torch.isinf(out[0, eos]) and out[1, eos] == 0  # EOS only where allowed
     assert (out[:, :2048] == 0).all()
 
 
