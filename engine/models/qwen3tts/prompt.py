@@ -101,13 +101,11 @@ def build_prompt(request: VoiceRequest, tokenizer: Qwen3TTSTokenizer, config: Qw
             raise PromptError(f"unknown speaker {speaker!r}; supported: {', '.join(config.speakers)}")
     elif speaker is not None:
         raise PromptError(f"a {variant} checkpoint has no preset speakers (got {speaker!r})")
-    if variant == "base" and request.clone is None:
-        raise PromptError("a Base checkpoint clones a voice: the request needs reference audio")
     if variant != "base" and request.clone is not None:
         raise PromptError(f"a {variant} checkpoint cannot clone a voice (only Base checkpoints can)")
+    # Without an instruction (VoiceDesign) or a clone (Base) the model speaks in its unconditioned voice: the
+    # reference's model takes such prompts (no instruct rows, no speaker row), though its wrapper asks for them.
     instruction = request.instruction or None
-    if variant == "voice_design" and instruction is None:
-        raise PromptError("a VoiceDesign checkpoint needs an instruction describing the voice")
     if instruction is not None and not config.accepts_instruction:
         instruction = None  # the reference's wrapper drops it for the 0.6B CustomVoice model and Base has none
     clone = request.clone

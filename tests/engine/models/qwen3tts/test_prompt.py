@@ -63,9 +63,7 @@ def test_voice_clone_rows(loaded) -> None:
         ("customvoice-0.6b", {"text": "Hi", "speaker": "ryan", "language": "klingon"}, "unsupported language"),
         ("customvoice-0.6b", {"text": "Hi", "speaker": "ryan", "language": "beijing_dialect"}, "unsupported"),
         ("customvoice-0.6b", {"text": "", "speaker": "ryan"}, "empty text"),
-        ("voicedesign-1.7b", {"text": "Hi"}, "needs an instruction"),
         ("voicedesign-1.7b", {"text": "Hi", "instruction": "x", "speaker": "ryan"}, "no preset speakers"),
-        ("base-0.6b", {"text": "Hi"}, "needs reference audio"),
         ("customvoice-1.7b", {"text": "Hi", "speaker": "ryan", "clone": "x"}, "cannot clone"),
     ],
 )
@@ -75,6 +73,17 @@ def test_unservable_requests_are_refused(loaded, variant: str, kwargs, message: 
         kwargs = {**kwargs, "clone": ClonePrompt(torch.zeros(4))}
     with pytest.raises(PromptError, match=message):
         _build(model, **kwargs)
+
+
+def test_text_alone_is_a_valid_request_where_no_voice_is_required(loaded) -> None:
+    """VoiceDesign without an instruction and Base without a clone: no instruct rows, no speaker row."""
+    # role 3 rows, codec prefix 4 (auto: nothink, think_bos, think_eos, pad); then VoiceDesign (non-streaming
+    # text): "Hi" (2 byte tokens) + eos + the bos row; Base (streaming text): the first text token only
+    for variant, rows in (("voicedesign-1.7b", 3 + 4 + 3 + 1), ("base-0.6b", 3 + 4 + 1)):
+        model = loaded(variant)
+        p = _build(model, text="Hi")
+        assert p.text_ids[0] == model.config.im_start_token_id and p.speaker_row is None
+        assert len(p) == rows
 
 
 def test_icl_needs_the_transcript(loaded) -> None:
