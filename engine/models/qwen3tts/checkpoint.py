@@ -16,12 +16,12 @@ import torch
 from torch import nn
 
 from engine.attention import get_attention_backend
+from engine.models.checkpoints import CheckpointError, resolve_checkpoint
 from engine.models.qwen3tts.codec_decoder import CodecDecoder
 from engine.models.qwen3tts.codec_encoder import CodecEncoder
 from engine.models.qwen3tts.config import Qwen3TTSConfig, load_config
 from engine.models.qwen3tts.model import Qwen3TTSModel
 from engine.models.qwen3tts.tokenizer import Qwen3TTSTokenizer
-from engine.models.voxcpm.checkpoint import CheckpointError, resolve_checkpoint
 from engine.models.voxcpm.state_dict import mismatches
 
 

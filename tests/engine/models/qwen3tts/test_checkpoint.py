@@ -10,10 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from engine.models.checkpoints import CheckpointError
 from engine.models.qwen3tts import ConfigError, is_qwen3tts, load_config, load_qwen3tts
 from engine.models.qwen3tts.config import parse_config
 from engine.models.qwen3tts.make_checkpoint import VARIANTS, codec_config, model_config, tokenizer_files
-from engine.models.voxcpm.checkpoint import CheckpointError
 
 
 def _configs(tmp_path: Path, variant: str, size: str = "full"):
