@@ -37,6 +37,12 @@ FAMILIES = (
         lambda config: config.get("architecture") in ("voxcpm", "voxcpm2"),
         "engine.models.voxcpm.runner:load",
     ),
+    Family(
+        "qwen3tts",
+        'model_type "qwen3_tts" (Qwen3-TTS 12 Hz)',
+        lambda config: config.get("model_type") == "qwen3_tts",
+        "engine.models.qwen3tts.runner:load",
+    ),
 )
 
 

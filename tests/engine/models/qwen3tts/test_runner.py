@@ -1,0 +1,159 @@
+"""Qwen3-TTS behind the engine core (engine/models/qwen3tts/runner.py): the engine's codes are the offline frame
+loop's (which test_parity ties to the reference), a request alone equals it in a batch with requests that come and
+go, cancel frees everything, voices clone, and bad requests are refused before queueing."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from engine.engine_core import EngineCore
+from engine.models.qwen3tts import ClonePrompt, VoiceRequest, build_prompt
+from engine.models.qwen3tts.generate import GenerationSettings, OfflineGenerator
+from engine.models.qwen3tts.sampling import SamplingParams
+from engine.outputs import AudioChunk, EngineError, FinishReason
+from engine.params import GenerationParams, GenerationRequest, Prompt
+from tests.engine.helpers import engine_config
+from tests.engine.models.qwen3tts.conftest import reference_audio
+
+
+def _request(rid: str, text: str, seed: int = 1, prompt: Prompt | None = None, **params) -> GenerationRequest:
+    params.setdefault("min_patches", 0)  # the reference's own rule: EOS from the third frame on
+    return GenerationRequest(text=text, prompt=prompt or Prompt(), params=GenerationParams(seed=seed, **params),
+                             request_id=rid)  # fmt: skip
+
+
+def _run(core: EngineCore) -> dict[str, list[AudioChunk]]:
+    chunks: dict[str, list[AudioChunk]] = defaultdict(list)
+    while core.has_work():
+        for chunk in core.step():
+            chunks[chunk.request_id].append(chunk)
+    return chunks
+
+
+def _codes(chunks: list[AudioChunk]) -> torch.Tensor:
+    return torch.from_numpy(np.stack([c.latents[0] for c in chunks]).astype(np.int64))
+
+
+def _offline(loaded, request: VoiceRequest, greedy: bool, frames: int, seed: int) -> torch.Tensor:
+    prompt = build_prompt(request, loaded.tokenizer, loaded.config)
+    if greedy:
+        off = SamplingParams(do_sample=False)
+        settings = GenerationSettings(off, off, max_frames=frames)
+    else:
+        settings = GenerationSettings(max_frames=frames, seed=seed)
+    return OfflineGenerator(loaded.model).generate([prompt], [settings])[0]
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_engine_codes_are_the_offline_loops_and_batch_free(qwen_checkpoint, loaded, greedy: bool) -> None:
+    variant = "customvoice-1.7b"
+    temperature = 0.0 if greedy else 1.0
+    config = engine_config(qwen_checkpoint(variant), max_patches=8)
+    core = EngineCore(config)
+    prompt = Prompt(speaker="ryan", language="english", instruction="Slowly.")
+    core.add_request(_request("long", "A much longer sentence to say.", 3, prompt, temperature=temperature))
+    first = core.step()  # "long" runs alone for a frame, then the others join
+    core.add_request(_request("x", "Hello.", 7, Prompt(speaker="aiden"), temperature=temperature, max_patches=6))
+    core.add_request(_request("short", "Hi.", 5, temperature=temperature, max_patches=2))
+    chunks = _run(core)
+    chunks["long"][:0] = first
+    assert [len(chunks[r]) for r in ("long", "x", "short")] == [8, 6, 2]
+    assert chunks["short"][-1].finish_reason is FinishReason.LENGTH
+
+    model = loaded(variant)
+    expected = {
+        "long": (VoiceRequest("A much longer sentence to say.", "english", "ryan", "Slowly."), 3, 8),
+        "x": (VoiceRequest("Hello.", speaker="aiden"), 7, 6),
+        "short": (VoiceRequest("Hi.", speaker="vivian"), 5, 2),  # text alone: the default speaker
+    }
+    for rid, (request, seed, frames) in expected.items():
+        assert torch.equal(_codes(chunks[rid]), _offline(model, request, greedy, frames, seed)), rid
+
+    # the audio is the streaming decode of the request's own codes: no state crosses slots
+    got = chunks["x"]
+    wav = model.codec_decoder(_codes(got)[None])[0].numpy()
+    np.testing.assert_allclose(np.concatenate([c.samples for c in got]), wav, atol=2e-4)
+    assert all(c.samples.shape == (1920,) for c in got)
+
+
+def test_eos_ends_a_request_with_its_last_real_frame(qwen_checkpoint, loaded) -> None:
+    """The look-ahead reports STOP on the frame before EOS; the scheduler's min_patches is never overruled."""
+    core = EngineCore(engine_config(qwen_checkpoint("customvoice-0.6b"), max_patches=12))
+    model = core.runner.model
+    eos = core.runner.config.talker.codec_eos_id
+    with torch.no_grad():  # make EOS the argmax from the first frame it is allowed on
+        model.talker.codec_head.weight[eos] = model.talker.codec_head.weight.abs().sum(0) * 10
+    core.add_request(_request("a", "Hello.", temperature=0.0))
+    core.add_request(_request("b", "Hello.", temperature=0.0, min_patches=4))
+    chunks = _run(core)
+    assert len(chunks["a"]) == 2 and chunks["a"][-1].finish_reason is FinishReason.STOP
+    assert len(chunks["b"]) == 6 and chunks["b"][-1].finish_reason is FinishReason.STOP
+    assert not any((c.latents == eos).any() for c in chunks["a"] + chunks["b"])
+
+
+def test_cancel_frees_blocks_and_slots(qwen_checkpoint) -> None:
+    core = EngineCore(engine_config(qwen_checkpoint("voicedesign-1.7b"), max_num_seqs=2))
+    scheduler = core.scheduler
+    free_blocks, free_slots = sorted(scheduler.block_manager.free_block_ids), sorted(scheduler.free_slots)
+    for name in "abc":
+        core.add_request(_request(name, "Hello there.", prompt=Prompt(instruction="A calm voice.")))
+    core.step()  # a and b run, c waits
+    assert core.abort("c") and core.abort("a") and core.abort("b")
+    assert not core.abort("a")
+    assert sorted(scheduler.block_manager.free_block_ids) == free_blocks
+    assert sorted(scheduler.free_slots) == free_slots
+    assert not core.has_work()
+
+
+def test_voice_clone_through_the_engine(qwen_checkpoint, loaded) -> None:
+    """Base: encode_audio's x-vector ("right") and codes ("left") make the ICL and x-vector-only prompts."""
+    core = EngineCore(engine_config(qwen_checkpoint("base-0.6b"), max_patches=5))
+    info = core.info
+    assert info.family == "qwen3tts" and info.voice_roles == ("reference", "both")
+    assert info.encoder_sample_rate == 24000 and info.audio_encoder_id.startswith("qwen3tts-base-")
+    audio = reference_audio().numpy()
+    xvec, codes = core.encode_audio(audio, "right"), core.encode_audio(audio, "left")
+    assert codes.shape == (16, 1, 16)
+    icl = Prompt(text="Hi there.", latents=codes, reference_latents=xvec)
+    core.add_request(_request("icl", "Hello world.", 2, icl, temperature=0.0))
+    core.add_request(_request("xvec", "Good morning.", 2, Prompt(reference_latents=xvec), temperature=0.0))
+    chunks = _run(core)
+    model = loaded("base-0.6b")
+    vector = torch.from_numpy(xvec.reshape(-1))
+    ref_codes = torch.from_numpy(codes[:, 0].astype(np.int64))
+    for rid, clone, text in (
+        ("icl", ClonePrompt(vector, ref_codes, "Hi there."), "Hello world."),
+        ("xvec", ClonePrompt(vector), "Good morning."),
+    ):
+        assert torch.equal(_codes(chunks[rid]), _offline(model, VoiceRequest(text, clone=clone), True, 5, 0))
+
+
+@pytest.mark.parametrize(
+    ("variant", "prompt", "message"),
+    [
+        ("customvoice-0.6b", Prompt(speaker="bob"), "unknown speaker"),
+        ("customvoice-0.6b", Prompt(instruction="Fast."), "takes no instruction"),
+        ("customvoice-1.7b", Prompt(speaker="ryan", language="klingon"), "unsupported language"),
+        ("voicedesign-1.7b", Prompt(reference_latents=np.zeros((4, 1, 16), np.float32)), "cannot clone"),
+        ("base-0.6b", Prompt(latents=np.zeros((2, 1, 16), np.float32)), "needs the x-vector"),
+        ("base-0.6b", Prompt(reference_latents=np.zeros((3, 1, 16), np.float32)), "not this model's x-vector"),
+    ],
+)
+def test_bad_requests_are_refused_before_queueing(qwen_checkpoint, variant: str, prompt: Prompt, message: str) -> None:
+    core = EngineCore(engine_config(qwen_checkpoint(variant)))
+    with pytest.raises(EngineError, match=message):
+        core.add_request(_request("bad", "Hello.", prompt=prompt))
+    assert not core.has_work()
+
+
+def test_encode_audio_refuses_what_it_cannot_encode(qwen_checkpoint) -> None:
+    base = EngineCore(engine_config(qwen_checkpoint("base-0.6b")))
+    with pytest.raises(EngineError, match="at least one 80 ms frame"):
+        base.encode_audio(np.zeros(100, np.float32), "left")
+    custom = EngineCore(engine_config(qwen_checkpoint("customvoice-0.6b")))
+    with pytest.raises(EngineError, match="clones no voices"):
+        custom.encode_audio(np.zeros(24000, np.float32), "left")
