@@ -38,7 +38,7 @@ import torch
 
 from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
-from engine.device import resolve_device, resolve_dtype
+from engine.device import kv_pool_blocks, resolve_device, resolve_dtype
 from engine.models.family import StepResult
 from engine.models.qwen3tts.checkpoint import load_qwen3tts
 from engine.models.qwen3tts.config import SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -108,7 +108,9 @@ class Qwen3Runner:
 
         self.block_size = config.kv_block_size
         self.max_blocks_per_seq = -(-config.max_model_len // self.block_size)
-        self.num_kv_blocks = config.num_kv_blocks or config.max_num_seqs * self.max_blocks_per_seq
+        self.num_kv_blocks = kv_pool_blocks(
+            config, self.device, self.model.kv_cache_bytes_per_token() * self.block_size
+        )
         self.scratch_block = self.num_kv_blocks
         self.model.allocate_kv_cache(self.num_kv_blocks + 1, self.block_size)
 
