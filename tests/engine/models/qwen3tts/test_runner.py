@@ -157,3 +157,21 @@ def test_encode_audio_refuses_what_it_cannot_encode(qwen_checkpoint) -> None:
     custom = EngineCore(engine_config(qwen_checkpoint("customvoice-0.6b")))
     with pytest.raises(EngineError, match="clones no voices"):
         custom.encode_audio(np.zeros(24000, np.float32), "left")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_runner_on_cuda_bf16(qwen_checkpoint) -> None:
+    """The engine on CUDA in bf16 (sdpa: the tiny head_dim of 16 is below flash-attn's): every request streams its
+    frames, codes are codec ids, audio is finite and 1920 samples a frame."""
+    config = engine_config(qwen_checkpoint("base-1.7b"), device="cuda", dtype="bfloat16", attention_backend="sdpa")
+    core = EngineCore(config)
+    audio = reference_audio().numpy()
+    xvec, codes = core.encode_audio(audio, "right"), core.encode_audio(audio, "left")
+    core.add_request(_request("a", "Hello there.", 1, Prompt(text="Hi.", latents=codes, reference_latents=xvec)))
+    core.add_request(_request("b", "Good morning.", 2, max_patches=5))
+    chunks = _run(core)
+    assert 2 <= len(chunks["a"]) <= 12 and 2 <= len(chunks["b"]) <= 5  # EOS may come early: random weights
+    for chunk in chunks["a"] + chunks["b"]:
+        assert chunk.samples.shape == (1920,) and np.isfinite(chunk.samples).all()
+        assert ((chunk.latents >= 0) & (chunk.latents < 2048)).all()
