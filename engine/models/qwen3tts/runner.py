@@ -39,6 +39,7 @@ import torch
 from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
 from engine.device import kv_pool_blocks, resolve_device, resolve_dtype
+from engine.lora.pool import LoRAPool
 from engine.models.family import StepResult
 from engine.models.qwen3tts.checkpoint import load_qwen3tts
 from engine.models.qwen3tts.config import SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -105,6 +106,10 @@ class Qwen3Runner:
             defaults.subtalker_top_k,
             defaults.subtalker_top_p,
         )
+
+        if config.max_loras:
+            raise ValueError("the Qwen3-TTS family serves no LoRA adapters (max_loras must be 0)")
+        self.lora: LoRAPool | None = None  # no adapters for this family (yet)
 
         self.block_size = config.kv_block_size
         self.max_blocks_per_seq = -(-config.max_model_len // self.block_size)

@@ -175,3 +175,9 @@ def test_runner_on_cuda_bf16(qwen_checkpoint) -> None:
     for chunk in chunks["a"] + chunks["b"]:
         assert chunk.samples.shape == (1920,) and np.isfinite(chunk.samples).all()
         assert ((chunk.latents >= 0) & (chunk.latents < 2048)).all()
+
+
+def test_lora_adapters_are_refused_at_start(qwen_checkpoint) -> None:
+    with pytest.raises(ValueError, match="serves no LoRA adapters"):
+        EngineCore(engine_config(qwen_checkpoint("customvoice-0.6b"), max_loras=2))
+    assert EngineCore(engine_config(qwen_checkpoint("customvoice-0.6b"))).runner.lora is None
