@@ -6,11 +6,13 @@ latents the engine generated for it, so a turn streamed in pieces keeps one voic
 capped to its last `carry_s` seconds (longer prompts cost prefill and add nothing); the carried text is cut in the same
 proportion, at a word start, so the two still match.
 On VoxCPM2 the voice's reference audio (or, for a prompt voice, its prompt audio) rides along as the isolated
-reference, so the timbre stays anchored to the voice rather than drifting with each segment.
+reference, so the timbre stays anchored to the voice rather than drifting with each segment. The voice's preset
+speaker, and the context's instruction and language, condition every segment alike.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -21,20 +23,28 @@ from wsserver.voices import Voice
 
 
 class Continuity:
-    def __init__(self, voice: Voice, info: ModelInfo, carry_s: float) -> None:
+    def __init__(
+        self, voice: Voice, info: ModelInfo, carry_s: float, instruction: str = "", language: str = ""
+    ) -> None:
+        """`instruction` and `language` are already checked against `info` (wsserver.messages)."""
         self.voice = voice
         self.info = info
+        self.instruction, self.language = instruction, language
         self.max_patches = max(1, math.ceil(carry_s * info.sample_rate / info.samples_per_patch))
         self._text = ""
         self._latents: np.ndarray | None = None  # [patches, patch_size, feat_dim] of the previous segment
 
     def prompt(self) -> Prompt:
         if self._latents is None:
-            return self.voice.prompt()
-        reference = self.voice.reference_latents
-        if reference is None and self.info.supports_reference:
-            reference = self.voice.latents
-        return Prompt(text=self._text, latents=self._latents, reference_latents=reference)
+            prompt = self.voice.prompt()
+        else:
+            reference = self.voice.reference_latents
+            if reference is None and self.info.supports_reference:
+                reference = self.voice.latents
+            prompt = Prompt(
+                text=self._text, latents=self._latents, reference_latents=reference, speaker=self.voice.speaker
+            )
+        return dataclasses.replace(prompt, instruction=self.instruction, language=self.language)
 
     def request(
         self, text: str, generation: GenerationSettings, segment: int, max_patches: int, lora: str | None = None

@@ -6,7 +6,7 @@ import enum
 
 
 class ErrorCode(enum.StrEnum):
-    """`error.code` values (protocol page, "Errors"); `idle_timeout` and `stalled` are our additions."""
+    """`error.code` values (protocol page, "Errors"); `unsupported`, `idle_timeout` and `stalled` are our additions."""
 
     BAD_JSON = "bad_json"
     BAD_MESSAGE = "bad_message"  # schema: missing field, wrong type, value out of range, too big
@@ -16,6 +16,7 @@ class ErrorCode(enum.StrEnum):
     BAD_FORMAT = "bad_format"
     BAD_VOICE = "bad_voice"
     BAD_LORA = "bad_lora"  # a LoRA adapter name that is not loaded (our addition)
+    UNSUPPORTED = "unsupported"  # the model has no such feature: an instruction, a language (our addition)
     TEXT_TOO_LONG = "text_too_long"
     TOO_MANY_CONTEXTS = "too_many_contexts"
     OVER_CAPACITY = "over_capacity"

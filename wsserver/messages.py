@@ -1,7 +1,8 @@
 """Typed `ttsws/1` messages: client messages parsed and checked against the schema, server messages serialised.
 
 Parsing never raises anything but `ProtocolError`; every failure maps to an `error.code` the client can act on
-(`bad_json`, `bad_message`, `unknown_type`; `bad_format` for audio settings the server cannot produce).
+(`bad_json`, `bad_message`, `unknown_type`; `bad_format` for audio settings the server cannot produce; `unsupported`
+for an instruction or language the model does not take).
 """
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Container
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
 from wsserver.errors import ErrorCode, ProtocolError
+
+if TYPE_CHECKING:
+    from engine import ModelInfo
 
 PROTOCOL = "ttsws/1"
 FORMATS = ("pcm_s16le", "pcm_f32le", "opus", "mulaw")
@@ -22,6 +26,8 @@ OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the rates libopus encodes at
 OPUS_FRAME_MS = (10, 20, 40, 60)  # Opus frame durations that are whole milliseconds
 MULAW_RATE = 8000
 MAX_CTX_CHARS = 128
+# An instruction is read into every segment's prompt (KV positions and prefill each time): a style, not a script.
+MAX_INSTRUCTION_CHARS = 1000
 
 
 # -- settings: what a context is created with ----------------------------------------------------------------------
@@ -101,6 +107,8 @@ class SettingsPatch:
 
     voice: str | None = None
     lora: str | None = None
+    instruction: str | None = None
+    language: str | None = None
     output: dict[str, Any] = field(default_factory=dict)
     buffering: dict[str, Any] = field(default_factory=dict)
     generation: dict[str, Any] = field(default_factory=dict)
@@ -110,12 +118,14 @@ class SettingsPatch:
 class Settings:
     voice: str = "default"
     lora: str = ""  # a loaded LoRA adapter's name; "": the voice's adapter, if it names one, else none
+    instruction: str = ""  # how to speak (ModelInfo.instruction); "" for none
+    language: str = ""  # one of ModelInfo.languages; "" lets the model decide
     output: OutputSettings = OutputSettings()
     buffering: BufferingSettings = BufferingSettings()
     generation: GenerationSettings = GenerationSettings()
 
     def merged(
-        self, patch: SettingsPatch, voices: Container[str], native_rate: int, loras: Container[str] = ()
+        self, patch: SettingsPatch, voices: Container[str], model: ModelInfo, loras: Container[str] = ()
     ) -> Settings:
         """These settings with `patch` applied, checked as a whole (so a bad patch changes nothing)."""
         voice = self.voice if patch.voice is None else patch.voice
@@ -124,14 +134,18 @@ class Settings:
         lora = self.lora if patch.lora is None else patch.lora
         if lora and lora not in loras:
             raise ProtocolError(ErrorCode.BAD_LORA, f"unknown LoRA adapter {lora!r}; hello.loras lists them")
+        instruction = self.instruction if patch.instruction is None else patch.instruction
+        language = self.language if patch.language is None else patch.language
         merged = Settings(
             voice=voice,
             lora=lora,
+            instruction=checked_instruction(instruction, model),
+            language=checked_language(language, model),
             output=dataclasses.replace(self.output, **patch.output),
             buffering=dataclasses.replace(self.buffering, **patch.buffering),
             generation=dataclasses.replace(self.generation, **patch.generation),
         )
-        merged.output.resolved(native_rate)
+        merged.output.resolved(model.sample_rate)
         merged.buffering.check()
         merged.generation.check()
         return merged
@@ -140,10 +154,38 @@ class Settings:
         return {
             "voice": self.voice,
             "lora": self.lora,
+            "instruction": self.instruction,
+            "language": self.language,
             "output": dataclasses.asdict(self.output.resolved(native_rate)),
             "buffering": dataclasses.asdict(self.buffering),
             "generation": dataclasses.asdict(self.generation),
         }
+
+
+def checked_instruction(instruction: str, model: ModelInfo) -> str:
+    """`instruction` if the model honours it ("" always passes); `unsupported` or `bad_message` if not."""
+    if not instruction:
+        return ""
+    if not model.instruction:
+        raise ProtocolError(ErrorCode.UNSUPPORTED, f"model {model.name!r} takes no instruction")
+    if len(instruction) > MAX_INSTRUCTION_CHARS:
+        raise _bad(f"instruction exceeds {MAX_INSTRUCTION_CHARS} characters")
+    return instruction
+
+
+def checked_language(language: str, model: ModelInfo) -> str:
+    """The model's spelling of `language`, matched regardless of case ("" lets the model decide); `unsupported` for
+    a language the model does not list."""
+    if not language:
+        return ""
+    for name in model.languages:
+        if name.casefold() == language.casefold():
+            return name
+    if not model.languages:
+        raise ProtocolError(ErrorCode.UNSUPPORTED, f"model {model.name!r} takes no language")
+    raise ProtocolError(
+        ErrorCode.UNSUPPORTED, f"unsupported language {language!r}; the model takes {list(model.languages)}"
+    )
 
 
 # -- client -> server ----------------------------------------------------------------------------------------------
@@ -244,6 +286,8 @@ def _settings_patch(obj: dict[str, Any]) -> SettingsPatch:
     return SettingsPatch(
         voice=_field(obj, "voice", str),
         lora=_field(obj, "lora", str),
+        instruction=_field(obj, "instruction", str),
+        language=_field(obj, "language", str),
         output=_group(obj, "output", OutputSettings),
         buffering=_group(obj, "buffering", BufferingSettings),
         generation=_group(obj, "generation", GenerationSettings),

@@ -32,6 +32,7 @@ from wsserver.normalize import normalize
 from wsserver.segmenter import Segment, Segmenter
 
 if TYPE_CHECKING:
+    from engine import ModelInfo
     from wsserver.voices import Voice
 
 
@@ -97,12 +98,15 @@ class NoLoRAs:
 @dataclass(frozen=True, slots=True)
 class SessionConfig:
     session_id: str
-    model_name: str
-    native_rate: int
+    model: ModelInfo  # what `hello` tells of it, and what a context's instruction and language are checked against
     voices: VoiceCatalog
     limits: Limits = field(default_factory=Limits)
     defaults: m.Settings = field(default_factory=m.Settings)
     loras: LoRACatalog = field(default_factory=NoLoRAs)
+
+    @property
+    def native_rate(self) -> int:
+        return self.model.sample_rate
 
 
 # -- actions for the adapter ---------------------------------------------------------------------------------------
@@ -116,6 +120,8 @@ class RunSegment:
     segment: int
     text: str  # normalised: what the model reads
     voice: Voice  # the context's, pinned when it was created
+    instruction: str  # the context's, checked against the model when it was created
+    language: str
     generation: m.GenerationSettings
     lora: str | None  # the LoRA adapter the segment generates with (the context's, else its voice's)
     continuing: bool  # not the context's first segment: continue the previous one's voice, and admit it first
@@ -288,6 +294,8 @@ class Context:
                     self.segments,
                     speech,
                     self.voice,
+                    self.settings.instruction,
+                    self.settings.language,
                     self.settings.generation,
                     self.settings.lora or self.voice.lora,
                     continuing=self.segments > 0,
@@ -410,10 +418,18 @@ class Session:
         self._counters = _Counters(idle_since=now)
         self._handles: set[int] = set()
         limits = config.limits.advertised()
+        model = config.model
         self.send(
             m.Hello(
                 config.session_id,
-                {"name": config.model_name, "sample_rate": config.native_rate},
+                {
+                    "name": model.name,
+                    "sample_rate": model.sample_rate,
+                    "family": model.family,
+                    "speakers": list(model.speakers),
+                    "instruction": model.instruction,
+                    "languages": list(model.languages),
+                },
                 list(m.FORMATS),
                 sorted({*m.PCM_RATES, config.native_rate}),
                 config.voices.ids(),
@@ -500,9 +516,7 @@ class Session:
             case m.Ping(t=t):
                 self.send(m.Pong(t), now)
             case m.SessionUpdate(defaults=patch):
-                self.defaults = self.defaults.merged(
-                    patch, self.config.voices, self.config.native_rate, self.config.loras
-                )
+                self.defaults = self.defaults.merged(patch, self.config.voices, self.config.model, self.config.loras)
                 self.send(m.SessionUpdated(self.defaults.effective(self.config.native_rate)), now)
             case m.ContextCreate(ctx=ctx, settings=patch, text=text):
                 self._append(self._create(ctx, patch, now), text, False, now)
@@ -533,7 +547,7 @@ class Session:
             limit = self.config.limits.max_contexts
             raise ProtocolError(ErrorCode.TOO_MANY_CONTEXTS, f"max_contexts={limit} contexts are open", ctx)
         try:
-            settings = self.defaults.merged(patch, self.config.voices, self.config.native_rate, self.config.loras)
+            settings = self.defaults.merged(patch, self.config.voices, self.config.model, self.config.loras)
         except ProtocolError as exc:
             exc.ctx = ctx
             raise

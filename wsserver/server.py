@@ -276,14 +276,7 @@ class Connection:
         self.websocket = websocket
         info = server.engine.info
         self.session = Session(
-            SessionConfig(
-                uuid.uuid4().hex,
-                info.name,
-                info.sample_rate,
-                server.voices,
-                server.config.limits,
-                loras=LoRAs(server.engines),
-            ),
+            SessionConfig(uuid.uuid4().hex, info, server.voices, server.config.limits, loras=LoRAs(server.engines)),
             server.metrics,
             time.monotonic(),
         )
@@ -346,7 +339,9 @@ class Connection:
     def _start(self, action: RunSegment) -> None:
         if action.segment == 0:
             info = self.server.engines[0].info
-            self.continuity[action.ctx] = Continuity(action.voice, info, self.server.config.carry_s)
+            self.continuity[action.ctx] = Continuity(
+                action.voice, info, self.server.config.carry_s, action.instruction, action.language
+            )
         # Queue for a slot now, not when the task first runs: a continuation must be in the queue before the slot
         # its previous segment frees is handed on.
         ticket = self.link.queue(functools.partial(self._queued, action.ctx), action.continuing)

@@ -6,7 +6,8 @@ slot in the same fair FIFO as the WebSocket contexts. The audio leaves as it is 
 (OpenAI's 24 kHz unless `sample_rate` says otherwise) and encoded in `response_format`, as chunked bytes
 (`stream_format: "audio"`), as OpenAI's server-sent events (`"sse"`), or, with our `stream: false`, as one file with
 its `Content-Length`. A client that disconnects ends its engine work at the next step, and one that stops reading
-loses its request after `stall_timeout_s`.
+loses its request after `stall_timeout_s`. OpenAI's `instructions` is the model's instruction (ModelInfo.instruction),
+refused by a model without one; `language` is our extension (one of ModelInfo.languages).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ DEFAULT_RATE = 24000  # OpenAI's rate for every format
 class SpeechRequest:
     input: str
     voice: Voice
+    instruction: str  # OpenAI's `instructions`, where the model takes one
+    language: str  # our extension: one of ModelInfo.languages, "" lets the model decide
     response_format: str
     sample_rate: int
     stream: bool  # False: the whole file with Content-Length
@@ -59,7 +62,7 @@ class SpeechRequest:
 
 
 def parse_speech(
-    body: bytes, voices: VoiceStore, model_name: str, native_rate: int, max_chars: int, loras: Container[str] = ()
+    body: bytes, voices: VoiceStore, info: ModelInfo, max_chars: int, loras: Container[str] = ()
 ) -> SpeechRequest:
     """The request body -> a checked request; ApiError (400, or 404 for an unknown model) names the bad field."""
     try:
@@ -77,8 +80,8 @@ def parse_speech(
             raise ApiError(400, "bad_request", f"'{name}' has the wrong type", param=name)
         return value
 
-    model = field("model", str, model_name)
-    if model not in (model_name, *OPENAI_MODELS):
+    model = field("model", str, info.name)
+    if model not in (info.name, *OPENAI_MODELS):
         raise ApiError(404, "model_not_found", f"model {model!r} is not served here; GET /v1/models lists it", "model")
     text = field("input", str, required=True)
     if not text.strip():
@@ -93,8 +96,14 @@ def parse_speech(
     lora = field("lora", str) or voice.lora  # our extension: a loaded LoRA adapter (default: the voice's, if any)
     if lora and lora not in loras:
         raise ApiError(400, "unknown_lora", f"LoRA adapter {lora!r} is not loaded; GET /v1/loras lists them", "lora")
-    if field("instructions", str, ""):
-        raise ApiError(400, "unsupported", "this model takes no 'instructions'; use a voice instead", "instructions")
+    try:
+        instruction = m.checked_instruction(field("instructions", str, ""), info)
+    except ProtocolError as exc:
+        raise _refused(exc, "instructions") from None
+    try:
+        language = m.checked_language(field("language", str, ""), info)
+    except ProtocolError as exc:
+        raise _refused(exc, "language") from None
     speed = field("speed", (int, float), 1.0)
     if speed != 1.0:
         # Time-stretching the output would change the voice; the model has no honest speed control.
@@ -104,7 +113,7 @@ def parse_speech(
         raise ApiError(400, "unsupported_format", f"response_format must be one of {list(FORMATS)}", "response_format")
     fmt = FORMATS[response_format]
     sample_rate = field("sample_rate", int, DEFAULT_RATE)
-    rates = (*fmt.rates, native_rate) if fmt.any_rate else fmt.rates
+    rates = (*fmt.rates, info.sample_rate) if fmt.any_rate else fmt.rates
     if sample_rate not in rates:
         message = f"{response_format} sample_rate must be one of {sorted(set(rates))}"
         raise ApiError(400, "unsupported_format", message, param="sample_rate")
@@ -126,7 +135,24 @@ def parse_speech(
         generation.check()
     except ProtocolError as exc:
         raise ApiError(400, "bad_request", exc.message.removeprefix("generation.")) from None
-    return SpeechRequest(text, voice, response_format, sample_rate, stream, stream_format == "sse", generation, lora)
+    return SpeechRequest(
+        text,
+        voice,
+        instruction,
+        language,
+        response_format,
+        sample_rate,
+        stream,
+        stream_format == "sse",
+        generation,
+        lora,
+    )
+
+
+def _refused(exc: ProtocolError, param: str) -> ApiError:
+    """A field the WebSocket checks would refuse, as the HTTP error: `unsupported` stays, the rest is a bad request."""
+    code = "unsupported" if exc.code is ErrorCode.UNSUPPORTED else "bad_request"
+    return ApiError(400, code, exc.message, param=param)
 
 
 def segments(text: str) -> list[str]:
@@ -154,10 +180,11 @@ class Synthesis:
         """The file's bytes as they are made (streaming), or once, whole (blocking). EngineError if a segment fails."""
         server = self.server
         assert server.link is not None
-        continuity = Continuity(self.request.voice, self.info, server.config.carry_s)
+        request = self.request
+        continuity = Continuity(request.voice, self.info, server.config.carry_s, request.instruction, request.language)
         for index, text in enumerate(self.pieces):
             engine_request = continuity.request(
-                text, self.request.generation, index, server.config.max_patches, self.request.lora
+                text, request.generation, index, server.config.max_patches, request.lora
             )
             latents = []
             ticket = server.link.queue(_unannounced, continuing=index > 0)
@@ -294,7 +321,7 @@ def speech_routes(server: TTSServer) -> list[Route]:
             raise over_capacity("starting")
         info, limits = engine.info, server.config.limits
         loras = LoRAs(server.engines)
-        parsed = parse_speech(body, voices, info.name, info.sample_rate, limits.max_text_chars, loras)
+        parsed = parse_speech(body, voices, info, limits.max_text_chars, loras)
         pieces = segments(parsed.input)
         if not pieces:
             raise ApiError(400, "empty_input", "'input' has nothing the model can say", param="input")

@@ -1,9 +1,11 @@
 """Voices: what a context or a speech request is conditioned on, and the store that keeps them.
 
 A voice is prompt latents (continuation: the model goes on from audio that says `text`), reference latents (VoxCPM2:
-an isolated timbre reference), both (what the VoxCPM2 web UI calls ultimate cloning), or neither (`default`,
-zero-shot: the model picks a voice; fix `seed` to keep it). Where they come from:
+an isolated timbre reference), both (what the VoxCPM2 web UI calls ultimate cloning), one of the model's preset
+speakers (Qwen3-TTS CustomVoice), or none of these (`default`, zero-shot: the model picks a voice; fix `seed` to keep
+it). Where they come from:
 - `default`, built in;
+- the model's speakers (ModelInfo.speakers), built in: id = the speaker's name;
 - `--voices-dir`: `NAME.wav` + `NAME.txt` pairs, encoded at start as continuation prompts (id = NAME);
 - `POST /v1/voices`: uploads, encoded once on the engine and persisted in the store directory as one safetensors file
   per voice (the latents, and the metadata in its header). An upload's id is a digest of what determines its latents
@@ -34,7 +36,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
-from engine import EngineError, Prompt
+from engine import EngineError, ModelInfo, Prompt
 from engine.streams import EngineHandle
 from wsserver.decoding import AudioError, decode
 
@@ -60,10 +62,11 @@ OPENAI_VOICES = (
 class Voice:
     id: str
     name: str = ""
-    role: str = "zero_shot"  # "zero_shot" | "prompt" | "reference" | "both"
+    role: str = "zero_shot"  # "zero_shot" | "speaker" | "prompt" | "reference" | "both"
     text: str = ""  # what the prompt audio says
     latents: np.ndarray | None = None  # continuation prompt [patches, patch_size, feat_dim]
     reference_latents: np.ndarray | None = None  # VoxCPM2 reference [patches, patch_size, feat_dim]
+    speaker: str = ""  # a preset speaker of the model (role "speaker")
     source: str = "builtin"  # "builtin" | "dir" | "upload"
     duration_s: float = 0.0
     created_at: float = 0.0
@@ -71,7 +74,9 @@ class Voice:
 
     def prompt(self) -> Prompt:
         """The conditioning of a context's first segment."""
-        return Prompt(text=self.text, latents=self.latents, reference_latents=self.reference_latents)
+        return Prompt(
+            text=self.text, latents=self.latents, reference_latents=self.reference_latents, speaker=self.speaker
+        )
 
     def describe(self) -> dict[str, object]:
         """The voice as the HTTP API lists it."""
@@ -242,14 +247,18 @@ class VoiceLimitError(Exception):
 
 
 async def open_voices(engine: EngineHandle, config: ServerConfig) -> VoiceStore:
-    """The server's voices: `--voices-dir` pairs encoded now (a bad pair is skipped, loudly), and the store."""
-    fixed: dict[str, Voice] = {}
+    """The server's voices: the model's speakers, `--voices-dir` pairs encoded now (a bad pair is skipped, loudly),
+    and the store."""
+    fixed = speaker_voices(engine.info)
     rate = engine.info.encoder_sample_rate
     voices_dir = config.voices_dir
     if voices_dir is not None and "prompt" not in engine.info.voice_roles:
         logger.warning("ignoring --voices-dir %s: this model makes no prompt voices", voices_dir)
         voices_dir = None
     for voice_id, wav_path, transcript in dir_voices(voices_dir) if voices_dir is not None else ():
+        if voice_id in fixed:
+            logger.warning("skipping voice %s: the model has a speaker of that name", wav_path)
+            continue
         try:
             wav = await asyncio.to_thread(decode, wav_path.read_bytes(), rate, config.uploads)
             latents = await engine.encode_audio(wav, padding="left")
@@ -264,6 +273,11 @@ async def open_voices(engine: EngineHandle, config: ServerConfig) -> VoiceStore:
     )
     logger.info("voices: %d fixed, %d stored in %s", len(fixed) + 1, len(store.ids()) - len(fixed) - 1, store.root)
     return store
+
+
+def speaker_voices(info: ModelInfo) -> dict[str, Voice]:
+    """The model's preset speakers as voices, each named by the speaker."""
+    return {name: Voice(name, name, "speaker", speaker=name) for name in info.speakers}
 
 
 def dir_voices(voices_dir: Path) -> Iterable[tuple[str, Path, str]]:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import EngineError, FinishReason, GenerationParams, GenerationRequest
+from engine import EngineError, FinishReason, GenerationParams, GenerationRequest, Prompt
 from engine.client import EngineClient
 from engine.process import run
 from tests.engine.helpers import engine_config
@@ -109,6 +109,10 @@ async def test_bad_requests_and_calls(client: EngineClient) -> None:
     with pytest.raises(EngineError):
         await client.check(GenerationRequest(text=""))
     await client.check(GenerationRequest(text="fine"))
+    # The conditioning fields cross the process link: the VoxCPM engine over there sees them and refuses each.
+    for name in ("speaker", "instruction", "language"):
+        with pytest.raises(EngineError, match=f"no {name}"):
+            await client.check(GenerationRequest(text="fine", prompt=Prompt(**{name: "x"})))
     latents = await client.encode_audio(np.sin(np.arange(16000, dtype=np.float32) / 10), padding="left")
     assert latents.ndim == 3 and latents.shape[1:] == (client.info.patch_size, client.info.feat_dim)
     with pytest.raises(EngineError, match="padding"):

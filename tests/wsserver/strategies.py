@@ -7,9 +7,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from tests.wsserver.models import QWEN3_CUSTOM
 from wsserver import messages as m
 
 VOICES = ("default", "warm")
+# The model the generated settings are checked against: one that takes instructions and languages, so that both
+# are exercised (good values are accepted, the rest refused).
+MODEL = QWEN3_CUSTOM
 CTX_IDS = ("a", "b", "c", "d")
 
 json_values = st.recursive(
@@ -67,6 +71,8 @@ settings_fields = st.fixed_dictionaries(
     {},
     optional={
         "voice": st.sampled_from((*VOICES, "nobody")) | json_values,
+        "instruction": st.sampled_from(("", "Speak softly.", "x" * (m.MAX_INSTRUCTION_CHARS + 1))) | json_values,
+        "language": st.sampled_from(("", *MODEL.languages, "ENGLISH", "klingon")) | json_values,
         "output": settings_group("output"),
         "buffering": settings_group("buffering"),
         "generation": settings_group("generation"),

@@ -4,11 +4,11 @@ import dataclasses
 
 import numpy as np
 
-from engine import ModelInfo
+from tests.wsserver.models import QWEN3_CUSTOM
+from tests.wsserver.models import VOXCPM2 as INFO
+from wsserver import messages as m
 from wsserver.continuity import Continuity, tail_text
-from wsserver.voices import Voice
-
-INFO = ModelInfo("tiny", "voxcpm", "voxcpm2", 48000, 16000, 4, 16, 7680, ("prompt", "reference", "both"), True)
+from wsserver.voices import Voice, speaker_voices
 
 
 def test_each_segment_continues_the_previous_one_capped() -> None:
@@ -48,3 +48,17 @@ def test_a_model_without_continuation_starts_every_segment_from_the_voice() -> N
     continuity.record("one two", [np.zeros((4, 16), np.float32)] * 2)
     second = continuity.prompt()
     assert second.text == "" and second.latents is None and second.reference_latents is voice.reference_latents
+
+
+def test_speaker_instruction_and_language_condition_every_segment() -> None:
+    speaker = speaker_voices(QWEN3_CUSTOM)["vivian"]
+    for info in (QWEN3_CUSTOM, dataclasses.replace(QWEN3_CUSTOM, continuation=True)):
+        continuity = Continuity(speaker, info, carry_s=0.5, instruction="Cheerful.", language="english")
+        first = continuity.request("one two", m.GenerationSettings(), 0, 100)
+        continuity.record("one two", [np.zeros((1, 16), np.float32)] * 3)
+        second = continuity.prompt()
+        for prompt in (first.prompt, second):
+            assert (prompt.speaker, prompt.instruction, prompt.language) == ("vivian", "Cheerful.", "english")
+        assert first.prompt.latents is None
+        # Only a family that continues from its own output gets the previous segment's codes.
+        assert (second.latents is not None) == info.continuation

@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.wsserver.strategies import VOICES, frames, settings_fields
+from engine import ModelInfo
+from tests.wsserver.models import QWEN3_CUSTOM, VOXCPM2
+from tests.wsserver.strategies import MODEL, VOICES, frames, settings_fields
 from wsserver import messages as m
 from wsserver.errors import ErrorCode, ProtocolError
 
@@ -81,12 +83,14 @@ def test_output_resolution() -> None:
 
 def test_settings_merge_is_partial_and_all_or_nothing() -> None:
     base = m.Settings()
-    merged = base.merged(m.SettingsPatch(output={"format": "opus"}, buffering={"max_wait_ms": 50}), ("default",), 48000)
+    merged = base.merged(
+        m.SettingsPatch(output={"format": "opus"}, buffering={"max_wait_ms": 50}), ("default",), VOXCPM2
+    )
     assert merged.output.format == "opus" and merged.output.frame_ms == 20 and merged.buffering.max_wait_ms == 50
     with pytest.raises(ProtocolError):  # a good field next to a bad one changes nothing
-        merged.merged(m.SettingsPatch(output={"frame_ms": 40}, generation={"temperature": 5.0}), ("default",), 48000)
+        merged.merged(m.SettingsPatch(output={"frame_ms": 40}, generation={"temperature": 5.0}), ("default",), VOXCPM2)
     with pytest.raises(ProtocolError) as exc:
-        base.merged(m.SettingsPatch(voice="bob"), ("default",), 48000)
+        base.merged(m.SettingsPatch(voice="bob"), ("default",), VOXCPM2)
     assert exc.value.code == ErrorCode.BAD_VOICE
     assert merged.effective(48000)["output"]["sample_rate"] == 48000
 
@@ -136,8 +140,60 @@ def test_merging_any_settings_fails_only_with_a_protocol_error_or_gives_whole_va
     try:
         parsed = m.parse_client_message(json.dumps({"type": "session.update", "defaults": patch}))  # big ints too
         assert isinstance(parsed, m.SessionUpdate)
-        merged = m.Settings().merged(parsed.defaults, VOICES, 24000)
+        merged = m.Settings().merged(parsed.defaults, VOICES, MODEL)
     except ProtocolError as exc:
-        assert exc.code in (ErrorCode.BAD_JSON, ErrorCode.BAD_MESSAGE, ErrorCode.BAD_FORMAT, ErrorCode.BAD_VOICE)
+        refusals = (ErrorCode.BAD_JSON, ErrorCode.BAD_MESSAGE, ErrorCode.BAD_FORMAT, ErrorCode.BAD_VOICE)
+        assert exc.code in (*refusals, ErrorCode.UNSUPPORTED)
         return
     orjson.dumps(merged.effective(24000))  # a merged patch is whole and valid: it resolves and serializes
+
+
+# -- instruction and language: checked against the model ----------------------------------------------------------
+
+
+def test_instruction_and_language_are_parsed_from_a_create_and_type_checked() -> None:
+    create = parse(type="context.create", ctx="a", voice="vivian", instruction="Speak softly.", language="English")
+    assert isinstance(create, m.ContextCreate)
+    assert (create.settings.voice, create.settings.instruction, create.settings.language) == (
+        "vivian",
+        "Speak softly.",
+        "English",
+    )
+    assert parse(type="context.create", ctx="a").settings.instruction is None  # absent: keep the defaults
+    for bad in ({"instruction": 5}, {"language": None}, {"instruction": ["a"]}):
+        with pytest.raises(ProtocolError) as exc:
+            parse(type="context.create", ctx="a", **bad)
+        assert exc.value.code == ErrorCode.BAD_MESSAGE and exc.value.ctx == "a"
+
+
+def test_a_model_with_instructions_and_languages_takes_them() -> None:
+    merged = m.Settings().merged(
+        m.SettingsPatch(instruction="Speak softly.", language="ENGLISH"), ("default",), QWEN3_CUSTOM
+    )
+    assert (merged.instruction, merged.language) == ("Speak softly.", "english")  # the model's spelling
+    effective = merged.effective(QWEN3_CUSTOM.sample_rate)
+    assert (effective["instruction"], effective["language"]) == ("Speak softly.", "english")
+    kept = merged.merged(m.SettingsPatch(), ("default",), QWEN3_CUSTOM)  # a patch without them keeps them
+    assert (kept.instruction, kept.language) == ("Speak softly.", "english")
+    cleared = merged.merged(m.SettingsPatch(instruction="", language=""), ("default",), QWEN3_CUSTOM)
+    assert (cleared.instruction, cleared.language) == ("", "")
+
+
+@pytest.mark.parametrize(
+    ("model", "patch", "code", "words"),
+    [
+        (VOXCPM2, {"instruction": "Speak softly."}, ErrorCode.UNSUPPORTED, "takes no instruction"),
+        (VOXCPM2, {"language": "english"}, ErrorCode.UNSUPPORTED, "takes no language"),
+        (QWEN3_CUSTOM, {"language": "klingon"}, ErrorCode.UNSUPPORTED, "'klingon'; the model takes ['auto'"),
+        (QWEN3_CUSTOM, {"instruction": "x" * (m.MAX_INSTRUCTION_CHARS + 1)}, ErrorCode.BAD_MESSAGE, "exceeds"),
+        (QWEN3_CUSTOM, {"voice": "nobody"}, ErrorCode.BAD_VOICE, "unknown voice"),
+    ],
+)
+def test_what_the_model_does_not_take_is_refused_by_name(
+    model: ModelInfo, patch: dict[str, str], code: ErrorCode, words: str
+) -> None:
+    base = m.Settings(instruction="Keep me.") if model.instruction else m.Settings()
+    with pytest.raises(ProtocolError) as exc:
+        base.merged(m.SettingsPatch(**patch), ("default",), model)
+    assert exc.value.code == code and words in exc.value.message
+    assert m.checked_instruction("", model) == "" and m.checked_language("", model) == ""  # "" always passes

@@ -5,18 +5,22 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
+from engine import ModelInfo
+from tests.wsserver.models import QWEN3_CUSTOM, VOXCPM2
 from wsserver.errors import CloseCode
 from wsserver.frames import FrameHeader
 from wsserver.metrics import ServerMetrics
 from wsserver.protocol import AbortSegment, CloseConnection, Limits, RunSegment, Session, SessionConfig
-from wsserver.voices import VoiceStore
+from wsserver.voices import VoiceStore, speaker_voices
 
-RATE = 48000
+RATE = VOXCPM2.sample_rate
+TEXT = "Hello there, how are you today? "  # long enough to go out at once
 PATCH = np.full(7680, 0.1, np.float32)  # 160 ms at 48 kHz: 8 frames of 20 ms
 
 
-def make_session(**limits: float) -> Session:
-    config = SessionConfig("s1", "tiny", RATE, VoiceStore("tiny-vae"), Limits(**limits))
+def make_session(model: ModelInfo = VOXCPM2, **limits: float) -> Session:
+    voices = VoiceStore("tiny-vae", fixed=speaker_voices(model))
+    config = SessionConfig("s1", model, voices, Limits(**limits))
     return Session(config, ServerMetrics(), now=0.0)
 
 
@@ -41,7 +45,15 @@ def test_hello_comes_first_and_advertises_the_limits() -> None:
     session = make_session(max_contexts=3)
     [hello] = drain(session)
     assert hello["type"] == "hello" and hello["protocol"] == "ttsws/1"
-    assert hello["limits"]["max_contexts"] == 3 and hello["model"] == {"name": "tiny", "sample_rate": RATE}
+    assert hello["limits"]["max_contexts"] == 3
+    assert hello["model"] == {
+        "name": "tiny",
+        "sample_rate": RATE,
+        "family": "voxcpm",
+        "speakers": [],
+        "instruction": False,
+        "languages": [],
+    }
 
 
 def test_a_context_from_text_to_done() -> None:
@@ -57,7 +69,7 @@ def test_a_context_from_text_to_done() -> None:
     }
     [run] = session.actions()
     assert run == RunSegment(
-        "a", 0, "Hello there, how are you today?", run.voice, run.generation, None, continuing=False
+        "a", 0, "Hello there, how are you today?", run.voice, "", "", run.generation, None, continuing=False
     )
     assert run.voice.id == "default" and run.voice.latents is None
     session.segment_admitted("a", 0.1)
@@ -75,6 +87,51 @@ def test_a_context_from_text_to_done() -> None:
     assert done["last_seq"] == 7 and done["audio_ms"] == 160.0
     assert done["metrics"]["ttfa_ms"] == 200.0 and done["metrics"]["queue_ms"] == 100.0
     assert "a" not in session.contexts
+
+
+def test_a_speaker_an_instruction_and_a_language_reach_the_segment() -> None:
+    session = make_session(QWEN3_CUSTOM)
+    [hello] = drain(session)
+    assert hello["voices"] == ["default", "aiden", "vivian"]
+    assert hello["model"] == {
+        "name": "tiny-qwen",
+        "sample_rate": 24000,
+        "family": "qwen3tts",
+        "speakers": ["aiden", "vivian"],
+        "instruction": True,
+        "languages": ["auto", "chinese", "english"],
+    }
+    send(session, type="session.update", defaults={"language": "Chinese"})
+    [updated] = drain(session)
+    assert updated["effective"]["language"] == "chinese" and updated["effective"]["instruction"] == ""
+    send(session, type="context.create", ctx="a", voice="vivian", instruction="Cheerful.", text=TEXT)
+    send(session, type="context.create", ctx="b", language="english", text=TEXT)
+    run_a, run_b = session.actions()
+    assert (run_a.voice.speaker, run_a.instruction, run_a.language) == ("vivian", "Cheerful.", "chinese")
+    assert (run_b.voice.id, run_b.voice.speaker, run_b.instruction, run_b.language) == ("default", "", "", "english")
+    assert run_a.voice.prompt().speaker == "vivian"
+
+
+def test_conditioning_the_model_does_not_take_is_refused_and_nothing_is_created() -> None:
+    qwen = make_session(QWEN3_CUSTOM)
+    voxcpm = make_session(VOXCPM2)
+    for session in (qwen, voxcpm):
+        drain(session)
+    send(qwen, type="context.create", ctx="a", voice="bob", text="Hi. ")
+    send(qwen, type="context.create", ctx="b", language="klingon", text="Hi. ")
+    send(voxcpm, type="context.create", ctx="c", instruction="Whisper.", text="Hi. ")
+    send(voxcpm, type="context.create", ctx="d", voice="vivian", text="Hi. ")  # another model's speaker
+    send(voxcpm, type="session.update", defaults={"language": "english"})
+    errors = [(e["code"], e.get("ctx"), e.get("ended")) for e in messages(drain(qwen) + drain(voxcpm), "error")]
+    assert errors == [
+        ("bad_voice", "a", True),
+        ("unsupported", "b", True),
+        ("unsupported", "c", True),
+        ("bad_voice", "d", True),
+        ("unsupported", None, None),
+    ]
+    assert not qwen.contexts and not voxcpm.contexts and not qwen.actions() and not voxcpm.actions()
+    assert voxcpm.defaults.language == ""  # the refused update changed nothing
 
 
 def test_cancel_fence_drops_frames_not_yet_sent() -> None:

@@ -29,7 +29,7 @@ many more.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ import orjson
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from tests.wsserver.strategies import CTX_IDS, VOICES, frames, texts
+from tests.wsserver.strategies import CTX_IDS, MODEL, VOICES, frames, texts
 from wsserver.audio import HEADER, KIND_AUDIO, KIND_CODEC, OPUS_CLOCK, FrameHeader
 from wsserver.errors import CloseCode, ErrorCode
 from wsserver.metrics import ServerMetrics
@@ -291,7 +291,9 @@ class Harness:
         self.now = 0.0
         self.reader = reader
         voices = VoiceStore("tiny-vae", fixed={voice: Voice(voice) for voice in VOICES if voice != DEFAULT_VOICE})
-        self.session = Session(SessionConfig("s", "tiny", native_rate, voices, limits), ServerMetrics(), self.now)
+        self.session = Session(
+            SessionConfig("s", replace(MODEL, sample_rate=native_rate), voices, limits), ServerMetrics(), self.now
+        )
         self.client = ClientView()
         self.accepted: dict[str, str] = {}  # ctx -> the text the session accepted for it
         self.segments: dict[str, Segment] = {}  # ctx -> its segment in the engine

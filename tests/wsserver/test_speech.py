@@ -7,15 +7,17 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.wsserver.models import QWEN3_CUSTOM, VOXCPM2
 from wsserver.http import ApiError
 from wsserver.speech import parse_speech, segments
-from wsserver.voices import DEFAULT_VOICE, OPENAI_VOICES, VoiceStore
+from wsserver.voices import DEFAULT_VOICE, OPENAI_VOICES, VoiceStore, speaker_voices
 
 VOICES = VoiceStore("tiny-vae", aliases=dict.fromkeys(OPENAI_VOICES, DEFAULT_VOICE))
+QWEN_VOICES = VoiceStore("qwen-codec", fixed=speaker_voices(QWEN3_CUSTOM), aliases={"alloy": "vivian"})
 
 
 def parse(**body: Any) -> Any:
-    return parse_speech(orjson.dumps({"input": "Hello.", "voice": "alloy", **body}), VOICES, "voxcpm2", 48000, 100)
+    return parse_speech(orjson.dumps({"input": "Hello.", "voice": "alloy", **body}), VOICES, VOXCPM2, 100)
 
 
 def test_what_openai_clients_send() -> None:
@@ -52,6 +54,9 @@ def test_what_openai_clients_send() -> None:
         ({"speed": 1.5}, 400, "unsupported", "speed"),
         ({"speed": "fast"}, 400, "bad_request", "speed"),
         ({"instructions": "whisper"}, 400, "unsupported", "instructions"),
+        ({"instructions": 3}, 400, "bad_request", "instructions"),
+        ({"language": "english"}, 400, "unsupported", "language"),
+        ({"language": ["english"]}, 400, "bad_request", "language"),
         ({"stream_format": "chunks"}, 400, "bad_request", "stream_format"),
         ({"stream": False, "stream_format": "sse"}, 400, "bad_request", "stream"),
         ({"stream": "no"}, 400, "bad_request", "stream"),
@@ -63,11 +68,37 @@ def test_what_openai_clients_send() -> None:
 def test_bad_bodies_are_refused_by_field(body: Any, status: int, code: str, param: str | None) -> None:
     with pytest.raises(ApiError) as error:
         if isinstance(body, bytes):
-            parse_speech(body, VOICES, "voxcpm2", 48000, 100)
+            parse_speech(body, VOICES, VOXCPM2, 100)
         else:
             parse(**body)
     assert (error.value.status, error.value.code, error.value.param) == (status, code, param)
     assert error.value.body()["error"]["message"]
+
+
+def qwen(**body: Any) -> Any:
+    return parse_speech(orjson.dumps({"input": "Hello.", **body}), QWEN_VOICES, QWEN3_CUSTOM, 100)
+
+
+def test_a_model_with_speakers_and_instructions_takes_openais_instructions_and_a_language() -> None:
+    parsed = qwen(voice="vivian", instructions="Speak softly.", language="English")
+    assert (parsed.voice.speaker, parsed.instruction, parsed.language) == ("vivian", "Speak softly.", "english")
+    assert qwen(voice="alloy").voice.speaker == "vivian"  # an alias may name a speaker
+    plain = qwen(voice="default", instructions="")
+    assert (plain.voice.speaker, plain.instruction, plain.language) == ("", "", "")
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "param"),
+    [
+        ({"voice": "serena"}, "unknown_voice", "voice"),
+        ({"voice": "vivian", "language": "klingon"}, "unsupported", "language"),
+        ({"voice": "vivian", "instructions": "x" * 1001}, "bad_request", "instructions"),
+    ],
+)
+def test_what_a_model_with_speakers_does_not_take_is_refused(body: Any, code: str, param: str) -> None:
+    with pytest.raises(ApiError) as error:
+        qwen(**body)
+    assert (error.value.status, error.value.code, error.value.param) == (400, code, param)
 
 
 def test_long_input_is_cut_into_segments_that_the_engine_reads() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import types
 import wave
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from engine import ModelInfo
+from tests.wsserver.models import QWEN3_CUSTOM
 from wsserver.config import ServerConfig
 from wsserver.voices import DEFAULT_VOICE, Voice, VoiceLimitError, VoiceStore, open_voices, upload_id
 
@@ -144,3 +146,55 @@ def test_a_voices_dir_is_ignored_by_a_model_without_prompt_voices(tmp_path: Path
     config = ServerConfig(voices_dir=voices_dir, voices_store=tmp_path / "store")
     store = asyncio.run(open_voices(engine, config))  # type: ignore[arg-type]
     assert store.ids() == [DEFAULT_VOICE]
+
+
+def wav_pair(voices_dir: Path, name: str) -> None:
+    voices_dir.mkdir(exist_ok=True)
+    with wave.open(str(voices_dir / f"{name}.wav"), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(24000)
+        wav.writeframes((8000 * np.sin(np.arange(24000) * 0.05)).astype(np.int16).tobytes())
+    (voices_dir / f"{name}.txt").write_text(f"{name} here.")
+
+
+def test_the_models_speakers_are_built_in_voices(tmp_path: Path) -> None:
+    async def encode_audio(wav: np.ndarray, padding: str = "left") -> np.ndarray:
+        raise AssertionError("nothing to encode")
+
+    engine = types.SimpleNamespace(info=QWEN3_CUSTOM, encode_audio=encode_audio)
+    store = asyncio.run(open_voices(engine, ServerConfig(voices_store=tmp_path / "store")))  # type: ignore[arg-type]
+    assert store.ids() == [DEFAULT_VOICE, "aiden", "vivian"]
+    vivian = store.get("vivian")
+    assert vivian is not None and vivian.prompt().speaker == "vivian" and vivian.prompt().is_empty
+    assert vivian.describe() == {
+        "id": "vivian",
+        "object": "voice",
+        "name": "vivian",
+        "role": "speaker",
+        "transcript": "",
+        "source": "builtin",
+        "duration_s": 0.0,
+        "created_at": 0,
+        "lora": None,
+    }
+    assert store.get(DEFAULT_VOICE).prompt().speaker == ""  # type: ignore[union-attr]  # the model's own pick
+    with pytest.raises(KeyError):
+        store.delete("vivian")
+
+
+def test_a_voices_dir_pair_named_like_a_speaker_is_skipped(tmp_path: Path) -> None:
+    wav_pair(tmp_path / "dir", "vivian")
+    wav_pair(tmp_path / "dir", "alice")
+    info = dataclasses.replace(QWEN3_CUSTOM, voice_roles=("prompt",))  # a model with both (none is released)
+    encoded = []
+
+    async def encode_audio(wav: np.ndarray, padding: str = "left") -> np.ndarray:
+        encoded.append(wav.size)
+        return np.zeros((2, 1, 16), np.float32)
+
+    engine = types.SimpleNamespace(info=info, encode_audio=encode_audio)
+    config = ServerConfig(voices_dir=tmp_path / "dir", voices_store=tmp_path / "store")
+    store = asyncio.run(open_voices(engine, config))  # type: ignore[arg-type]
+    assert store.ids() == [DEFAULT_VOICE, "aiden", "vivian", "alice"] and len(encoded) == 1
+    assert store.get("vivian").role == "speaker"  # type: ignore[union-attr]

@@ -86,6 +86,8 @@ class Client:
         ctx: str | None = None,
         *,
         voice: str | None = None,
+        instruction: str | None = None,
+        language: str | None = None,
         output: Mapping[str, Any] | None = None,
         buffering: Mapping[str, Any] | None = None,
         generation: Mapping[str, Any] | None = None,
@@ -93,9 +95,18 @@ class Client:
         decode: bool = True,
     ) -> Context:
         """Open a context (`context.create`; the settings are the protocol's, e.g. `output={"format": "opus"}`).
-        Raises `ContextFailed` if the server refuses it (`bad_voice`, `bad_format`, `too_many_contexts`, ...).
+        `instruction` and `language` go to a model that takes them (`hello.model`).
+        Raises `ContextFailed` if the server refuses it (`bad_voice`, `bad_format`, `unsupported`, ...).
         `decode=False`: the context yields each frame as sent (`Packet`) instead of decoded `Audio`."""
-        settings = {"voice": voice, "output": output, "buffering": buffering, "generation": generation, "text": text}
+        settings = {
+            "voice": voice,
+            "instruction": instruction,
+            "language": language,
+            "output": output,
+            "buffering": buffering,
+            "generation": generation,
+            "text": text,
+        }
         fields = {name: dict(v) if isinstance(v, Mapping) else v for name, v in settings.items() if v is not None}
         ctx = ctx or uuid.uuid4().hex
         connection = await self.connect()
