@@ -12,7 +12,7 @@ QWEN3_CUSTOM = ModelInfo(
     "qwen3tts",
     "qwen3tts-customvoice",
     24000,
-    24000,
+    0,  # it encodes no audio
     1,
     16,
     1920,

@@ -186,7 +186,7 @@ def test_the_models_speakers_are_built_in_voices(tmp_path: Path) -> None:
 def test_a_voices_dir_pair_named_like_a_speaker_is_skipped(tmp_path: Path) -> None:
     wav_pair(tmp_path / "dir", "vivian")
     wav_pair(tmp_path / "dir", "alice")
-    info = dataclasses.replace(QWEN3_CUSTOM, voice_roles=("prompt",))  # a model with both (none is released)
+    info = dataclasses.replace(QWEN3_CUSTOM, voice_roles=("prompt",), encoder_sample_rate=24000)  # none released
     encoded = []
 
     async def encode_audio(wav: np.ndarray, padding: str = "left") -> np.ndarray:
