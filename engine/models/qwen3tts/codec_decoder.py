@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from engine.models.qwen3tts.config import CodecDecoderConfig
+from engine.models.qwen3tts.qwen3 import MLP
 
 
 @dataclass
@@ -273,17 +274,6 @@ class WindowAttention(nn.Module):
         probs = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype)
         out = torch.einsum("bhgqk,bkhd->bqhgd", probs, values).reshape(batch, length, -1)
         return self.o_proj(out)
-
-
-class MLP(nn.Module):
-    def __init__(self, hidden: int, intermediate: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class TransformerLayer(nn.Module):

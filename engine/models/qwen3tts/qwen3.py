@@ -21,17 +21,8 @@ from torch import nn
 from engine import kernels
 from engine.attention import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
+from engine.models.layers import RMSNorm
 from engine.models.qwen3tts.config import DecoderStackConfig
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.rms_norm(x, self.weight, self.eps)
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,21 +19,8 @@ from torch import nn
 from engine import kernels
 from engine.attention import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
+from engine.models.layers import RMSNorm
 from engine.models.voxcpm.config import MiniCPM4Config
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.rms_norm(x, self.weight, self.eps)
-
-    def add_forward(self, x: torch.Tensor, update: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x + update, norm(x + update)) in one pass."""
-        return kernels.add_rms_norm(x, update, self.weight, self.eps)
 
 
 class LongRoPE(nn.Module):
