@@ -86,6 +86,7 @@ class Client:
         ctx: str | None = None,
         *,
         voice: str | None = None,
+        lora: str | None = None,
         instruction: str | None = None,
         language: str | None = None,
         output: Mapping[str, Any] | None = None,
@@ -95,11 +96,13 @@ class Client:
         decode: bool = True,
     ) -> Context:
         """Open a context (`context.create`; the settings are the protocol's, e.g. `output={"format": "opus"}`).
-        `instruction` and `language` go to a model that takes them (`hello.model`).
-        Raises `ContextFailed` if the server refuses it (`bad_voice`, `bad_format`, `unsupported`, ...).
+        `lora` names a loaded LoRA adapter (`hello.loras.loaded`); `instruction` and `language` go to a model that
+        takes them (`hello.model`). Raises `ContextFailed` if the server refuses it (`bad_voice`, `bad_lora`,
+        `bad_format`, `unsupported`, ...).
         `decode=False`: the context yields each frame as sent (`Packet`) instead of decoded `Audio`."""
         settings = {
             "voice": voice,
+            "lora": lora,
             "instruction": instruction,
             "language": language,
             "output": output,

@@ -149,6 +149,13 @@ async def test_errors_end_or_refuse_as_the_server_says(serve: ServeFactory) -> N
             await client.context(voice="nobody")
         assert failed.value.code == "bad_voice"
         with pytest.raises(ContextFailed) as failed:
+            await client.context(lora="nope")  # the session engine serves no adapters
+        assert failed.value.code == "bad_lora" and "'nope'" in failed.value.message
+        for field in ({"instruction": "Cheerful."}, {"language": "english"}):  # VoxCPM takes neither
+            with pytest.raises(ContextFailed) as failed:
+                await client.context(**field)
+            assert failed.value.code == "unsupported"
+        with pytest.raises(ContextFailed) as failed:
             await client.synthesize("x", output={"format": "opus", "sample_rate": 44100})
         assert failed.value.code == "bad_format"
         ctx = await client.context()
