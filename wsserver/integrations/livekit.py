@@ -35,7 +35,16 @@ logger = logging.getLogger(__name__)
 
 # Codes of a context refused for what it asked (retrying the same request cannot help), as opposed to a server that
 # was busy or failed.
-_CLIENT_FAULTS = {"bad_message", "bad_format", "bad_voice", "text_too_long", "too_many_contexts", "unauthorized"}
+_CLIENT_FAULTS = {
+    "bad_message",
+    "bad_format",
+    "bad_voice",
+    "bad_lora",
+    "unsupported",
+    "text_too_long",
+    "too_many_contexts",
+    "unauthorized",
+}
 
 
 class TTS(tts.TTS):
@@ -46,8 +55,14 @@ class TTS(tts.TTS):
         api_key: the server's `--api-key`, if it has one.
         voice: a name from the server's voices (`hello.voices`).
         sample_rate: the output rate.
+        lora: a LoRA adapter loaded on the server (`hello.loras.loaded`).
+        instruction: how to speak, for a model that takes instructions (`hello.model.instruction`, Qwen3-TTS).
+        language: one of `hello.model.languages`, in the model's spelling (e.g. "english").
         generation: the protocol's generation settings, e.g. `{"cfg_value": 2.0, "inference_timesteps": 10}`.
         buffering: the protocol's buffering settings (how the server cuts text into segments).
+
+    `lora`, `instruction` and `language` go with every stream's context (None: not sent, the server's default); a
+    server that cannot honour one refuses the stream with an `APIStatusError` (400, `bad_lora`, `unsupported`).
     """
 
     def __init__(
@@ -57,6 +72,9 @@ class TTS(tts.TTS):
         api_key: str | None = None,
         voice: str = "default",
         sample_rate: int = 24000,
+        lora: str | None = None,
+        instruction: str | None = None,
+        language: str | None = None,
         generation: Mapping[str, Any] | None = None,
         buffering: Mapping[str, Any] | None = None,
     ) -> None:
@@ -68,6 +86,9 @@ class TTS(tts.TTS):
         self._client = Client(url, api_key=api_key)
         self._settings: dict[str, Any] = {
             "voice": voice,
+            "lora": lora,
+            "instruction": instruction,
+            "language": language,
             "output": {"format": "pcm_s16le", "sample_rate": sample_rate},
             "generation": generation,
             "buffering": buffering,

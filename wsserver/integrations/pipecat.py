@@ -38,9 +38,15 @@ class VoxstreamTTSService(TTSService):
         url: the server, `ws://host:8000` (or the full `/v1/tts/ws` URL).
         api_key: the server's `--api-key`, if it has one.
         voice: a name from the server's voices (`hello.voices`); runtime-updatable through `Settings(voice=...)`.
+        lora: a LoRA adapter loaded on the server (`hello.loras.loaded`).
+        instruction: how to speak, for a model that takes instructions (`hello.model.instruction`, Qwen3-TTS).
+        language: one of `hello.model.languages`, in the model's spelling (e.g. "english"), not a Pipecat `Language`.
         generation: the protocol's generation settings, e.g. `{"cfg_value": 2.0, "inference_timesteps": 10}`.
         buffering: the protocol's buffering settings (how the server cuts text into segments).
         sample_rate: the output rate; by default the pipeline's.
+
+    `lora`, `instruction` and `language` go with every turn's context (None: not sent, the server's default); a
+    server that cannot honour one refuses the turn (`bad_lora`, `unsupported`), which arrives as an `ErrorFrame`.
     """
 
     Settings = TTSSettings
@@ -51,6 +57,9 @@ class VoxstreamTTSService(TTSService):
         url: str,
         api_key: str | None = None,
         voice: str = "default",
+        lora: str | None = None,
+        instruction: str | None = None,
+        language: str | None = None,
         generation: Mapping[str, Any] | None = None,
         buffering: Mapping[str, Any] | None = None,
         sample_rate: int | None = None,
@@ -71,8 +80,14 @@ class VoxstreamTTSService(TTSService):
             **kwargs,
         )
         self._client = Client(url, api_key=api_key)
-        self._generation = dict(generation) if generation else None
-        self._buffering = dict(buffering) if buffering else None
+        # Sent as they are with every context; the client leaves out those that are None.
+        self._context_settings: dict[str, Any] = {
+            "lora": lora,
+            "instruction": instruction,
+            "language": language,
+            "generation": generation,
+            "buffering": buffering,
+        }
         self._contexts: dict[str, Context] = {}
         self._receivers: dict[str, asyncio.Task[None]] = {}
 
@@ -123,9 +138,7 @@ class VoxstreamTTSService(TTSService):
     async def _open(self, context_id: str) -> Context:
         output = {"format": "pcm_s16le", "sample_rate": self.sample_rate}
         voice = self._settings.voice if isinstance(self._settings.voice, str) else None
-        context = await self._client.context(
-            context_id, voice=voice, output=output, generation=self._generation, buffering=self._buffering
-        )
+        context = await self._client.context(context_id, voice=voice, output=output, **self._context_settings)
         self._contexts[context_id] = context
         self._receivers[context_id] = self.create_task(self._receive(context), f"voxstream-{context_id}")
         return context

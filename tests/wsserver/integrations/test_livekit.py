@@ -1,5 +1,5 @@
 """The LiveKit Agents plugin with the real framework (livekit-agents from PyPI) against a real server on the tiny
-checkpoint: a streamed reply with its aligned transcript, `synthesize`, an interrupted stream and refusals."""
+checkpoint: a streamed reply with its aligned transcript, `synthesize`, an interrupted stream and refused options."""
 
 from __future__ import annotations
 
@@ -89,14 +89,26 @@ async def test_aclose_interrupts_and_cancels_the_context_on_the_server(serve: Se
     # and the serve fixture checks on the way out that the engine let go of the request
 
 
-async def test_a_refused_voice_is_a_status_error_that_is_not_retried(serve: ServeFactory) -> None:
+# Each option reaches the server with the stream's context: the session's server (VoxCPM, no adapters) refuses it.
+REFUSED = [
+    ({"voice": "nobody"}, "bad_voice"),
+    ({"lora": "nope"}, "bad_lora"),
+    ({"instruction": "Cheerful."}, "unsupported"),
+    ({"language": "english"}, "unsupported"),
+]
+
+
+@pytest.mark.parametrize(("option", "code"), REFUSED, ids=[next(iter(option)) for option, _ in REFUSED])
+async def test_a_refused_option_is_a_status_error_that_is_not_retried(
+    serve: ServeFactory, option: dict[str, str], code: str
+) -> None:
     async with serve(max_patches=2) as running:
-        plugin = TTS(url=running.ws_url, voice="nobody")
+        plugin = TTS(url=running.ws_url, **option)
         stream = plugin.stream()
         stream.push_text("Hello. ")
         stream.end_input()
         with pytest.raises(APIStatusError) as failed:
             _ = [ev async for ev in stream]
         assert failed.value.status_code == 400 and not failed.value.retryable
-        assert "bad_voice" in failed.value.message
+        assert code in failed.value.message
         await plugin.aclose()

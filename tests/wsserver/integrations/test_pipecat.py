@@ -1,8 +1,9 @@
 """The Pipecat service in a real Pipecat pipeline (pipecat-ai from PyPI, its own test runner) against a real server on
-the tiny checkpoint: an LLM turn streamed token by token, a spoken utterance, and a barge-in."""
+the tiny checkpoint: an LLM turn streamed token by token, a spoken utterance, a barge-in, and refused options."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from pipecat.frames.frames import (
@@ -86,9 +87,19 @@ async def test_an_interruption_cancels_the_context_on_the_server(serve: ServeFac
     # and the serve fixture checks on the way out that the engine let go of the request
 
 
-async def test_a_server_that_refuses_the_voice_is_an_error_frame(serve: ServeFactory) -> None:
+async def test_options_the_server_refuses_are_error_frames(serve: ServeFactory) -> None:
+    # Each option reaches the server with the turn's context: the session's server (VoxCPM, no adapters) refuses it.
+    refused = {"voice": "nobody", "lora": "nope", "instruction": "Cheerful.", "language": "english"}
+    codes = {"voice": "bad_voice", "lora": "bad_lora", "instruction": "unsupported", "language": "unsupported"}
     async with serve(max_patches=2) as running:
-        tts = VoxstreamTTSService(url=running.ws_url, sample_rate=24000, voice="nobody")
-        _, up = await run_test(tts, frames_to_send=[TTSSpeakFrame("Hello. "), SleepFrame(0.5)])
-    errors = [f for f in up if "Error" in type(f).__name__]
-    assert errors and "bad_voice" in errors[0].error
+        runs = [
+            run_test(
+                VoxstreamTTSService(url=running.ws_url, sample_rate=24000, **{name: value}),
+                frames_to_send=[TTSSpeakFrame("Hello. "), SleepFrame(0.5)],
+            )
+            for name, value in refused.items()
+        ]
+        ups = [up for _, up in await asyncio.gather(*runs)]  # Pipecat's runner takes seconds to wind down
+    for name, up in zip(refused, ups, strict=True):
+        errors = [f for f in up if "Error" in type(f).__name__]
+        assert errors and f": {codes[name]}: " in errors[0].error and name in errors[0].error, name
