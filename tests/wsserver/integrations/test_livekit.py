@@ -1,5 +1,6 @@
 """The LiveKit Agents plugin with the real framework (livekit-agents from PyPI) against a real server on the tiny
-checkpoint: a streamed reply with its aligned transcript, `synthesize`, an interrupted stream and refused options."""
+checkpoint: a streamed reply with its aligned transcript, `synthesize`, an interrupted stream, refused options and
+a LoRA adapter."""
 
 from __future__ import annotations
 
@@ -112,3 +113,15 @@ async def test_a_refused_option_is_a_status_error_that_is_not_retried(
         assert failed.value.status_code == 400 and not failed.value.retryable
         assert code in failed.value.message
         await plugin.aclose()
+
+
+async def test_the_lora_option_generates_with_the_adapter(lora_serve: ServeFactory) -> None:
+    async with lora_serve(max_patches=3) as running:
+        seeded = {"generation": {"seed": 3}}
+        plain, calm = TTS(url=running.ws_url, **seeded), TTS(url=running.ws_url, lora="calm", **seeded)
+        frames = [await plugin.synthesize("Hello there. ").collect() for plugin in (plain, calm, calm)]
+        await plain.aclose()
+        await calm.aclose()
+    without, with_lora, again = (bytes(frame.data) for frame in frames)
+    assert len(without) == len(with_lora) and without != with_lora  # the adapter changed the audio
+    assert with_lora == again  # and only the adapter: seeded, it is reproducible

@@ -1,5 +1,5 @@
 """The Pipecat service in a real Pipecat pipeline (pipecat-ai from PyPI, its own test runner) against a real server on
-the tiny checkpoint: an LLM turn streamed token by token, a spoken utterance, a barge-in, and refused options."""
+the tiny checkpoint: an LLM turn streamed token by token, a spoken utterance, a barge-in, refused options, LoRA."""
 
 from __future__ import annotations
 
@@ -103,3 +103,21 @@ async def test_options_the_server_refuses_are_error_frames(serve: ServeFactory) 
     for name, up in zip(refused, ups, strict=True):
         errors = [f for f in up if "Error" in type(f).__name__]
         assert errors and f": {codes[name]}: " in errors[0].error and name in errors[0].error, name
+
+
+async def test_the_lora_option_generates_with_the_adapter(lora_serve: ServeFactory) -> None:
+    def audio(frames: Sequence[Frame]) -> bytes:
+        return b"".join(f.audio for f in frames if isinstance(f, TTSAudioRawFrame))
+
+    async with lora_serve(max_patches=3) as running:
+        runs = [
+            run_test(
+                VoxstreamTTSService(url=running.ws_url, sample_rate=24000, generation={"seed": 3}, **option),
+                frames_to_send=[TTSSpeakFrame("Hello there. "), SleepFrame(0.5)],
+            )
+            for option in ({}, {"lora": "calm"}, {"lora": "calm"})
+        ]
+        (without, _), (with_lora, _), (again, _) = await asyncio.gather(*runs)
+    assert audio(without) and len(audio(without)) == len(audio(with_lora))
+    assert audio(without) != audio(with_lora)  # the adapter changed the audio
+    assert audio(with_lora) == audio(again)  # and only the adapter: seeded, it is reproducible
