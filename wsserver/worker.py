@@ -1,6 +1,7 @@
-"""A front-end worker process: HTTP and WebSocket sessions on the server's shared listening socket, audio framed and
-encoded here (Opus, resampling, mu-law), engines reached over Unix sockets, seats and slots from the supervisor's
-coordinator (docs/architecture in wsserver.supervisor). It never loads torch: that is the engine processes' affair.
+"""A front-end worker process: HTTP and WebSocket sessions on its own listening socket of the server's port (the
+supervisor's SO_REUSEPORT group), audio framed and encoded here (Opus, resampling, mu-law), engines reached over Unix
+sockets, seats and slots from the supervisor's coordinator (docs/architecture in wsserver.supervisor). It never loads
+torch: that is the engine processes' affair.
 
 It listens at once (so /health answers and /ready says "starting" while the engines load), connects to the
 coordinator, then to every engine as it comes up, then serves. SIGTERM drains it (docs/protocol.md); so does the
