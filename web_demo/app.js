@@ -4,6 +4,7 @@
 // what to send when a button is pressed and what to show when the server answers.
 
 import { HttpApi } from "./api.js";
+import { conditioningSettings, fillConditioning, setConditioningEnabled } from "./conditioning.js";
 import { Connection } from "./connection.js";
 import { OpusDecoder } from "./decoders.js";
 import { LevelMeter } from "./meter.js";
@@ -169,6 +170,7 @@ const HANDLERS = {
     state.connectionBanner = false;
     ui.renderCapabilities(msg);
     fillOptions(msg);
+    fillConditioning(msg);
     $("api-key").removeAttribute("aria-invalid");
     voices.connected(msg);
     ui.setStatus("ready");
@@ -313,10 +315,11 @@ function logSent(msg) {
   ui.log("out", type, parts.filter(Boolean).join(" · "));
 }
 
-function outputSettings() {
+/** What `context.create` carries from the form: the voice, the conditioning the model offers, the output. */
+function contextSettings() {
   const format = $("format").value;
   const rate = $("rate").value === "custom" ? Number($("rate-custom").value) : Number($("rate").value);
-  return { voice: $("voice").value, output: { format, sample_rate: rate } };
+  return { voice: $("voice").value, ...conditioningSettings(), output: { format, sample_rate: rate } };
 }
 
 function newTurn(mode) {
@@ -350,7 +353,7 @@ async function go() {
 function speak(text) {
   const turn = newTurn("speak");
   turn.firstTextAt = performance.now();
-  conn.send({ type: "context.create", ctx: turn.ctx, ...outputSettings(), text });
+  conn.send({ type: "context.create", ctx: turn.ctx, ...contextSettings(), text });
   conn.send({ type: "context.end", ctx: turn.ctx });
   turn.ended = true;
 }
@@ -358,7 +361,7 @@ function speak(text) {
 function streamTokens(text) {
   stopFeeder();
   const turn = newTurn("stream");
-  conn.send({ type: "context.create", ctx: turn.ctx, ...outputSettings() });
+  conn.send({ type: "context.create", ctx: turn.ctx, ...contextSettings() });
   const feeder = new TokenFeeder(tokenize(text), Number($("token-rate").value), (token) => {
     turn.firstTextAt ??= performance.now();
     turn.appends += 1;
@@ -468,6 +471,7 @@ function setControls() {
   const anyLive = [...state.turns.values()].some((t) => t.live);
   $("go").disabled = !ready;
   for (const id of ["voice", "format", "rate"]) $(id).disabled = !ready;
+  setConditioningEnabled(ready);
   $("flush").disabled = !ready || !open;
   $("end").disabled = !ready || !open;
   $("cancel").disabled = !(anyLive || anyAudible);
