@@ -125,6 +125,42 @@ async def test_an_engine_killed_under_load_fails_every_context_clearly(tiny_chec
             await client.close()
 
 
+async def test_one_of_two_engines_killed_fails_only_its_contexts(tiny_checkpoint: Callable[..., Path]) -> None:
+    args = ("--workers", "2", "--devices", "cpu,cpu", "--max-patches", "150")
+    async with server_process(tiny_checkpoint("voxcpm2", stop=False), *args) as server:
+        clients = await sessions_on_both_workers(server, 6)
+        for client in clients:
+            await client.send("context.create", ctx="c", text=TEXT)
+            await client.send("context.end", ctx="c")
+        for client in clients:
+            await client.until_message("segment.started", "c")
+
+        def held(engine: dict[str, int]) -> int:
+            return engine["running"] + engine["paused"] + engine["waiting"]
+
+        async def reported() -> bool:  # the engines' figures reach /status with their next step
+            return sum(held(engine) for engine in (await server.status())["engines"]) == len(clients)
+
+        await until(reported, timeout=10)
+        victim, survivor = (await server.status())["engines"]
+        assert held(victim) > 0 and held(survivor) > 0  # most free slots first: both engines took segments
+        os.kill(victim["pid"], signal.SIGKILL)
+        # every client reads at once: one that waited its turn would be cut off for not reading (stall timeout)
+        ended = await asyncio.gather(*(client.until_ended("c", timeout=120) for client in clients))
+        failed = [e for e in ended if e["type"] == "error"]
+        assert all(e["code"] == "internal" and "engine" in e["message"] for e in failed)
+        assert len(failed) == held(victim) and len(ended) - len(failed) == held(survivor)
+
+        async def one_engine_left() -> bool:
+            return sum(engine["healthy"] for engine in (await server.status())["engines"]) == 1
+
+        await until(one_engine_left, timeout=10)
+        assert (await http_get(server.http + "/ready"))[0] == 200  # the other engine still serves
+        assert (await speak(server, "after"))["type"] == "context.done"
+        for client in clients:
+            await client.close()
+
+
 async def test_a_client_that_never_reads_is_cut_off_while_the_others_stream(
     tiny_checkpoint: Callable[..., Path],
 ) -> None:
