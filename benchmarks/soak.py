@@ -136,20 +136,23 @@ def process_tree(pid: int) -> list[int]:
 
 
 def proc_sample(pid: int) -> dict[str, Any]:
-    """RSS, threads and open fds of the server, all its processes together, and its threads counted by name (digits
+    """RSS, threads and open fds of the server, all its processes together; RSS per process (by pid, the same
+    processes from sample to sample), which names the process when RSS moves; and its threads counted by name (digits
     dropped: `asyncio_0` and `asyncio_1` are one pool), which names the pool when the thread count moves."""
-    rss_kb = fds = 0
+    fds = 0
+    rss_kb: dict[int, int] = {}
     names: Counter[str] = Counter()
     tree = process_tree(pid)
     for member in tree:
         status = Path(f"/proc/{member}/status").read_text()
-        rss_kb += next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+        rss_kb[member] = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
         for task in Path(f"/proc/{member}/task").iterdir():
             with contextlib.suppress(OSError):  # a thread that ended meanwhile
                 names[(task / "comm").read_text().strip().rstrip("0123456789")] += 1
         fds += len(os.listdir(f"/proc/{member}/fd"))
     return {
-        "rss_mib": round(rss_kb / 1024, 1),
+        "rss_mib": round(sum(rss_kb.values()) / 1024, 1),
+        "rss_mib_by_pid": {str(member): round(kb / 1024, 1) for member, kb in sorted(rss_kb.items())},
         "processes": len(tree),
         "threads": names.total(),
         "fds": fds,
@@ -197,6 +200,10 @@ def verdict(samples: list[dict[str, Any]], rss_tolerance: float) -> dict[str, An
     summary["threads"]["grew"] = {
         name: [top.get(name, 0), count] for name, count in after["thread_names"].items() if count > top.get(name, 0)
     }
+    # Which processes' RSS rose from the end of the first round (warm) to the last, in MiB, largest first.
+    warm = rounds[0]["rss_mib_by_pid"]
+    rose = {pid: round(mib - warm[pid], 1) for pid, mib in after["rss_mib_by_pid"].items() if pid in warm}
+    summary["rss_mib"]["rose"] = dict(sorted(rose.items(), key=lambda item: -item[1])[:4])
     pool = before["kv_blocks_free"]
     summary["kv_blocks_free"] = {
         "before": pool,

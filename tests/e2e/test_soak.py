@@ -32,3 +32,6 @@ def test_a_short_soak_leaves_nothing_behind(tiny_checkpoint: Callable[..., Path]
     failed = {key: value for key, value in summary.items() if isinstance(value, dict) and not value["ok"]}
     assert run.returncode == 0 and summary["ok"], (failed, run.stderr.decode()[-3000:])
     assert all(not line.get("failures") for line in lines[1:-1]), lines  # no session failed on the client's side
+    # RSS per process adds up to the tree's, so a creeping process can be named (summary's `rose`).
+    assert all(abs(sum(line["rss_mib_by_pid"].values()) - line["rss_mib"]) < 1 for line in lines[:-1]), lines
+    assert set(summary["rss_mib"]["rose"]) <= set(lines[-2]["rss_mib_by_pid"]), summary
