@@ -7,18 +7,28 @@ A row producing frame k in a step (k = `Sequence.num_generated`):
 3. the streaming codec decoder turns the frames into 1920 samples per row (per-slot causal state);
 4. look-ahead: each frame is fed back (its summed embeddings + the row's next text row) through the talker, and
    codebook 0 of frame k + 1 is sampled now, so a row whose next codebook 0 is EOS reports stop with its last real
-   frame and no EOS frame is ever decoded. A row at its last allowed frame skips this (no KV is reserved for it).
-One host sync per step: the frames, audio and stop flags come back together.
+   frame and no EOS frame is ever decoded. A row at its last allowed frame has no KV reserved for that position:
+   its look-ahead writes K/V into the scratch block and its results are never read (the request ends).
+One host sync per step: the frames, audio and stop flags come back together in one packed row per request.
+
+Steps 2-4 are one body (`_frame`) over fixed shapes that reads everything from per-slot device state and a small
+int64 input [B, 3] (slot, frame, look-ahead flag). On CUDA it is captured as one CUDA graph per batch bucket
+(engine/cuda_graphs.py): the 15 predictor passes with their sampling, the codec decoder and the talker's decode
+position replay as one launch. The rows of a step pad to the smallest bucket with the scratch slot (frame 0, no
+look-ahead: its K/V go to the scratch block), so padded rows touch scratch state only. Under
+`EngineConfig.enforce_eager` and on the CPU the same body runs eagerly over the step's own rows. Admission
+(prompt prefill, frame 0's codebook 0, the ICL clone's decoder priming) stays eager: prompts vary in length.
 
 Sampling: the checkpoint's generation_config (temperature 0.9, top-k 50, top-p 1, repetition penalty 1.05, the
 same for the predictor); `GenerationParams.temperature` other than 1.0 replaces both temperatures, 0 is greedy.
 Draws use counter noise keyed by (seed, frame * 16 + codebook), so a request's codes do not depend on its batch,
-and equal `OfflineGenerator`'s. EOS may end a request from frame max(2, min_patches + 2) on: the reference's
-two-frame minimum, and never a stop the scheduler would ignore (it applies `min_patches`).
+equal `OfflineGenerator`'s, and a graph replay draws what the eager body draws. EOS may end a request from frame
+max(2, min_patches + 2) on: the reference's two-frame minimum, and never a stop the scheduler would ignore (it
+applies `min_patches`).
 
-Per-slot state (slot `max_num_seqs` is scratch): the talker hidden and codebook 0 of the next frame, the
-codebook-0 history (repetition penalty), seed, sampling settings, the codec decoder's causal state. Host-side per
-slot: the request's trailing text ids. Eager on every device for now (no CUDA graphs yet).
+Per-slot device state (slot `max_num_seqs` is scratch), written at admission: the talker hidden and codebook 0 of
+the next frame, the codebook-0 history (repetition penalty), seed, both sampling settings, the first frame EOS may
+end, the KV block table and prompt length, the trailing text ids, the codec decoder's causal state.
 
 Voices (Base checkpoints): `encode_audio(wav, "right")` is the x-vector (speaker encoder; as [H/16, 1, 16]
 float32), `encode_audio(wav, "left")` the ICL reference codes ([frames, 1, 16] float32). A request clones with
@@ -38,6 +48,7 @@ import torch
 
 from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
+from engine.cuda_graphs import GraphSet, bucket_sizes, smallest_fit
 from engine.device import kv_pool_blocks, resolve_device, resolve_dtype
 from engine.lora.pool import LoRAPool
 from engine.models.family import StepResult
@@ -59,6 +70,19 @@ from engine.params import GenerationParams, GenerationRequest
 from engine.sequence import Sequence
 
 DEFAULT_SPEAKER = "vivian"
+
+
+@dataclass(slots=True)
+class StepGraphs:
+    """The runner's CUDA graphs: the frame body (`Qwen3Runner._frame`) per batch bucket."""
+
+    buckets: list[int]
+    frame: GraphSet[int, torch.Tensor]
+
+    def bucket(self, rows: int) -> int:
+        bucket = smallest_fit(self.buckets, rows)
+        assert bucket is not None, f"{rows} rows exceed the largest graph bucket {self.buckets[-1]}"
+        return bucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +143,8 @@ class Qwen3Runner:
         self.scratch_block = self.num_kv_blocks
         self.model.allocate_kv_cache(self.num_kv_blocks + 1, self.block_size)
 
+        # Slot max_num_seqs and KV block num_kv_blocks are scratch: padded graph rows read and write only them.
+        self.scratch_slot = config.max_num_seqs
         slots = config.max_num_seqs + 1
         hidden = self.config.talker.stack.hidden_size
         device = self.device
@@ -127,14 +153,31 @@ class Qwen3Runner:
         self.slot_history = torch.full((slots, config.max_patches), -1, dtype=torch.int64, device=device)
         self.slot_seed = torch.zeros(slots, dtype=torch.int64, device=device)
         self.slot_penalty = torch.ones(slots, device=device)
-        self.slot_trailing: list[list[int]] = [[] for _ in range(slots)]
-        self.slot_sampling: list[tuple[SamplingParams, SamplingParams]] = [
-            (self.talker_defaults, self.predictor_defaults)
-        ] * slots
-        self.slot_eos_from = [MIN_NEW_TOKENS] * slots  # first frame whose codebook 0 may be EOS
+        self.slot_eos_from = torch.full((slots,), MIN_NEW_TOKENS, dtype=torch.int64, device=device)
+        self.slot_talker = RowSampling.of([self.talker_defaults] * slots, device)
+        self.slot_predictor = RowSampling.of([self.predictor_defaults] * slots, device)
+        # Where a slot's talker position and KV live: position = prompt length + frame.
+        self.slot_prompt_len = torch.zeros(slots, dtype=torch.int64, device=device)
+        self.slot_blocks = torch.full(
+            (slots, self.max_blocks_per_seq), self.scratch_block, dtype=torch.int32, device=device
+        )
+        # The text fed with frame k: trailing ids + tts_pad, the last one repeating (index min(k, len - 1)). Frames
+        # stop before config.max_patches, so longer text is cut there.
+        self.slot_text = torch.full(
+            (slots, config.max_patches), self.config.tts_pad_token_id, dtype=torch.int64, device=device
+        )
+        self.slot_text_len = torch.ones(slots, dtype=torch.int64, device=device)
         self.decoder = loaded.codec_decoder
         self.decoder_state = self.decoder.new_state(slots)
+        with torch.no_grad():
+            # Every causal context of the decoder exists before a graph captures it (a first call makes them).
+            scratch = torch.tensor([self.scratch_slot], device=device)
+            state = self.decoder_state.select(scratch)
+            self.decoder(torch.zeros(1, 1, CODEBOOKS, dtype=torch.int64, device=device), state)
+            self.decoder_state.assign(scratch, state)
         self.suppress = codebook0_mask(self.config.talker.stack.vocab_size, self.config.talker.codec_eos_id, device)
+        # A step's packed result row: the frame's 16 codes (exact in float32), its audio, the stop flag.
+        self.packed_width = CODEBOOKS + SAMPLES_PER_FRAME + 1
 
         variant = self.config.variant
         base = variant == "base"
@@ -154,6 +197,33 @@ class Qwen3Runner:
             languages=tuple(self.config.languages),
             audio_encoder_id=f"qwen3tts-{variant}-{self._encoder_digest()[:16]}" if base else "",
         )
+        # The frame body's input rows (slot, frame, look-ahead flag), staged through pinned memory: one copy.
+        rows = config.max_num_seqs
+        self._step_input = torch.zeros(rows, 3, dtype=torch.int64, device=device)
+        self._step_staging = torch.zeros(rows, 3, dtype=torch.int64, pin_memory=device.type == "cuda")
+        self.graphs: StepGraphs | None = None
+        if device.type == "cuda" and not config.enforce_eager:
+            self.graphs = self._capture_graphs(rows)
+
+    def _capture_graphs(self, max_rows: int) -> StepGraphs:
+        """The frame body's graph per batch bucket, at start. Warm-ups and captures run on scratch rows only."""
+        buckets = bucket_sizes(max_rows)
+        pad_row = torch.tensor([self.scratch_slot, 0, 0], device=self.device)
+
+        def pad(bucket: int) -> None:
+            self._step_input[:bucket] = pad_row
+
+        frame = GraphSet(
+            lambda b: self._frame(self._step_input[:b]),
+            buckets,
+            self.device,
+            torch.cuda.graph_pool_handle(),
+            pad,
+        )
+        graphs = StepGraphs(buckets, frame)
+        with torch.inference_mode():
+            frame.capture_all()
+        return graphs
 
     def _encoder_digest(self) -> str:
         """Voices are bound to the codec encoder and the speaker encoder: a digest of both's weights."""
@@ -213,11 +283,12 @@ class Qwen3Runner:
 
     # -- one step -----------------------------------------------------------------------------------------------
 
-    def _attention(self, seqs: list[Sequence], starts: list[int], lengths: list[int]) -> AttentionMetadata:
+    def _prefill_attention(self, seqs: list[Sequence], lengths: list[int]) -> AttentionMetadata:
+        """Packed prompts of `lengths` positions from position 0, over each row's block table."""
         bs = self.block_size
         slots = []
-        for seq, start, n in zip(seqs, starts, lengths, strict=True):
-            slots.extend(seq.block_table[pos // bs] * bs + pos % bs for pos in range(start, start + n))
+        for seq, n in zip(seqs, lengths, strict=True):
+            slots.extend(seq.block_table[pos // bs] * bs + pos % bs for pos in range(n))
         width = max(len(seq.block_table) for seq in seqs)
         table = np.full((len(seqs), width), self.scratch_block, dtype=np.int32)
         for row, seq in enumerate(seqs):
@@ -226,101 +297,167 @@ class Qwen3Runner:
         device = self.device
         return AttentionMetadata(
             cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
-            seq_lens=torch.tensor(
-                [s + n for s, n in zip(starts, lengths, strict=True)], dtype=torch.int32, device=device
-            ),
+            seq_lens=torch.tensor(lengths, dtype=torch.int32, device=device),
             max_seqlen_q=max(lengths),
-            max_seqlen_k=max(s + n for s, n in zip(starts, lengths, strict=True)),
+            max_seqlen_k=max(lengths),
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
             block_tables=torch.from_numpy(table).to(device),
             decode_only=all(n == 1 for n in lengths),
         )
 
-    def _talker(self, seqs: list[Sequence], inputs: list[torch.Tensor], starts: list[int]) -> torch.Tensor:
-        """Packed talker forward; each row's last hidden [B, H]."""
+    def _prefill(self, seqs: list[Sequence], inputs: list[torch.Tensor]) -> torch.Tensor:
+        """The talker over the packed prompts; each row's last hidden [B, H]."""
         lengths = [x.shape[0] for x in inputs]
-        positions = torch.tensor(
-            [p for s, n in zip(starts, lengths, strict=True) for p in range(s, s + n)], device=self.device
-        )
-        hidden = self.model.talker_forward(torch.cat(inputs), positions, self._attention(seqs, starts, lengths))
+        positions = torch.tensor([p for n in lengths for p in range(n)], device=self.device)
+        hidden = self.model.talker_forward(torch.cat(inputs), positions, self._prefill_attention(seqs, lengths))
         last = torch.tensor(list(itertools.accumulate(lengths)), device=self.device) - 1
         return hidden[last]
 
-    def _sample_c0(self, seqs: list[Sequence], slots: torch.Tensor, hidden: torch.Tensor, frame: list[int]):
-        """Codebook 0 of frame `frame[i]` for each row from its talker hidden (history: frames before it)."""
-        width = max(max(frame), 1)
-        eos_allowed = torch.tensor([f >= self.slot_eos_from[s.slot] for s, f in zip(seqs, frame, strict=True)])
-        logits = process_codebook0(
-            self.model.codebook0_logits(hidden),
-            self.slot_history[slots, :width],
-            self.slot_penalty[slots],
-            eos_allowed.to(self.device),
-            self.suppress,
-            self.config.talker.codec_eos_id,
-        )
-        steps = torch.tensor(frame, dtype=torch.int64, device=self.device) * CODEBOOKS
-        noise = uniform(self.slot_seed[slots], steps, (logits.shape[-1],))
-        sampling = RowSampling.of([self.slot_sampling[s.slot][0] for s in seqs], self.device)
-        return choose(logits, sampling, noise)
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        if self.device.type == "cuda":
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
 
     def _admit(self, seqs: list[Sequence]) -> None:
-        slots = torch.tensor([s.slot for s in seqs], device=self.device)
+        """The prefill of newly admitted requests (eager): their slot state, the prompt through the talker, codebook
+        0 of frame 0. The slot may have served a finished request: everything is written afresh."""
+        n, width = len(seqs), self.slot_text.shape[1]
+        ints = np.zeros((n, 4), dtype=np.int64)  # seed, prompt length, first EOS frame, text length
+        text = np.full((n, width), self.config.tts_pad_token_id, dtype=np.int64)
+        blocks = np.full((n, self.max_blocks_per_seq), self.scratch_block, dtype=np.int32)
+        for row, seq in enumerate(seqs):
+            ids = seq.prompt.prompt.trailing_ids.numpy()[:width]
+            text[row, : len(ids)] = ids  # then tts_pad
+            ints[row] = (seq.seed, seq.num_prompt, max(MIN_NEW_TOKENS, seq.params.min_patches + 2), len(ids) + 1)
+            blocks[row, : len(seq.block_table)] = seq.block_table
+        ints[:, 3] = np.minimum(ints[:, 3], width)
+        slots = self._to_device(np.array([seq.slot for seq in seqs], dtype=np.int64))
+        ints_d = self._to_device(ints)
+        self.slot_seed[slots] = ints_d[:, 0]
+        self.slot_prompt_len[slots] = ints_d[:, 1]
+        self.slot_eos_from[slots] = ints_d[:, 2]
+        self.slot_text_len[slots] = ints_d[:, 3]
+        self.slot_text[slots] = self._to_device(text)
+        self.slot_blocks[slots] = self._to_device(blocks)
         self.slot_history[slots] = -1
-        self.slot_seed[slots] = torch.tensor([s.seed for s in seqs], dtype=torch.int64, device=self.device)
         self.slot_penalty[slots] = self.config.sampling.repetition_penalty
+        self.slot_talker.assign(
+            slots, RowSampling.of([_sampling(s.params, self.talker_defaults) for s in seqs], slots.device)
+        )
+        self.slot_predictor.assign(
+            slots, RowSampling.of([_sampling(s.params, self.predictor_defaults) for s in seqs], slots.device)
+        )
         self.decoder_state.reset(slots)
         for seq in seqs:
             prompt: Qwen3Prompt = seq.prompt.prompt
-            self.slot_trailing[seq.slot] = [*prompt.trailing_ids.tolist(), self.config.tts_pad_token_id]
-            self.slot_sampling[seq.slot] = (
-                _sampling(seq.params, self.talker_defaults),
-                _sampling(seq.params, self.predictor_defaults),
-            )
-            self.slot_eos_from[seq.slot] = max(MIN_NEW_TOKENS, seq.params.min_patches + 2)
             if prompt.ref_codes is not None:
                 # the reference decodes its output after the clone's codes: they are the decoder's left context
                 row = torch.tensor([seq.slot], device=self.device)
                 state = self.decoder_state.select(row)
                 self.decoder(prompt.ref_codes[None].to(self.device), state)
                 self.decoder_state.assign(row, state)
-        hidden = self._talker(seqs, [self.model.embed_prompt(s.prompt.prompt) for s in seqs], [0] * len(seqs))
+        hidden = self._prefill(seqs, [self.model.embed_prompt(s.prompt.prompt) for s in seqs])
         self.slot_hidden[slots] = hidden
-        self.slot_c0[slots] = self._sample_c0(seqs, slots, hidden, [0] * len(seqs))
+        self.slot_c0[slots] = self._choose_c0(slots, hidden, torch.zeros_like(slots))
+
+    # -- the frame body (graphed per batch bucket on CUDA): fixed shapes, device state only, no host sync ----------
+
+    def _choose_c0(self, slots: torch.Tensor, hidden: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
+        """Codebook 0 of frame `frame` [B] for rows of `slots` [B] from their talker hidden [B, H] (penalty history:
+        the row's earlier frames, -1 beyond them)."""
+        logits = process_codebook0(
+            self.model.codebook0_logits(hidden),
+            self.slot_history[slots],
+            self.slot_penalty[slots],
+            frame >= self.slot_eos_from[slots],
+            self.suppress,
+            self.config.talker.codec_eos_id,
+        )
+        noise = uniform(self.slot_seed[slots], frame * CODEBOOKS, (logits.shape[-1],))
+        return choose(logits, self.slot_talker.select(slots), noise)
+
+    def _decode_attention(self, slots: torch.Tensor, positions: torch.Tensor, go: torch.Tensor) -> AttentionMetadata:
+        """One position per row at `positions`, K/V written through the slot's block table, or into the scratch
+        block for rows without look-ahead (`go` False: no KV reserved there). The torch kernels gather the whole
+        block table (a graph cannot know the longest sequence); flash-attn reads only seq_lens."""
+        bs = self.block_size
+        blocks = self.slot_blocks[slots]  # int32 [B, max_blocks]
+        block_of = blocks.gather(1, (positions // bs).unsqueeze(1)).squeeze(1).long()
+        offsets = torch.arange(slots.shape[0] + 1, device=slots.device)
+        return AttentionMetadata(
+            cu_seqlens_q=offsets.int(),
+            seq_lens=(positions + 1).int(),
+            max_seqlen_q=1,
+            max_seqlen_k=self.max_blocks_per_seq * bs,
+            slot_mapping=torch.where(go, block_of * bs, self.scratch_block * bs) + positions % bs,
+            block_tables=blocks,
+            decode_only=True,
+        )
+
+    def _frame(self, inputs: torch.Tensor) -> torch.Tensor:
+        """One frame for rows `inputs` int64 [B, 3] = (slot, frame k, look-ahead flag): codebooks 1..15, audio,
+        and the look-ahead (talker position of frame k, codebook 0 of frame k + 1) into slot state. Returns the
+        packed rows [B, 16 codes | 1920 samples | stop] float32."""
+        slots, frame, go = inputs[:, 0], inputs[:, 1], inputs[:, 2].bool()
+        hidden, c0, seeds = self.slot_hidden[slots], self.slot_c0[slots], self.slot_seed[slots]
+        steps = frame * CODEBOOKS
+        frames = self.model.predict_rest(
+            hidden, c0, self.slot_predictor.select(slots), lambda g, vocab: uniform(seeds, steps + g, (vocab,))
+        )
+        state = self.decoder_state.select(slots)
+        audio = self.decoder(frames[:, None], state)
+        self.decoder_state.assign(slots, state)
+
+        self.slot_history[slots, frame] = c0
+        text = self.slot_text[slots, torch.minimum(frame, self.slot_text_len[slots] - 1)]
+        x = self.model.frame_embed(frames) + self.model.text_embed(text)
+        positions = torch.where(go, self.slot_prompt_len[slots] + frame, 0)
+        next_hidden = self.model.talker_forward(x, positions, self._decode_attention(slots, positions, go))
+        next_c0 = self._choose_c0(slots, next_hidden, frame + 1)
+        self.slot_hidden[slots] = next_hidden
+        self.slot_c0[slots] = next_c0
+        stop = go & (next_c0 == self.config.talker.codec_eos_id)
+        return torch.cat((frames.float(), audio.float(), stop.float()[:, None]), dim=1)
+
+    # -- one step -----------------------------------------------------------------------------------------------
 
     @torch.inference_mode()
     def run(self, batch: list[Sequence]) -> StepResult:
         admitted = [seq for seq in batch if seq.is_prefill]
         if admitted:
             self._admit(admitted)
-        seqs = batch
-        device = self.device
-        slots = torch.tensor([s.slot for s in seqs], device=device)
-        frame = [s.num_generated for s in seqs]
-        hidden, c0 = self.slot_hidden[slots], self.slot_c0[slots]
-        steps = torch.tensor(frame, dtype=torch.int64, device=device) * CODEBOOKS
-        seeds = self.slot_seed[slots]
-        sampling = RowSampling.of([self.slot_sampling[s.slot][1] for s in seqs], device)
-        frames = self.model.predict_rest(hidden, c0, sampling, lambda g, vocab: uniform(seeds, steps + g, (vocab,)))
-        state = self.decoder_state.select(slots)
-        audio = self.decoder(frames[:, None], state)
-        self.decoder_state.assign(slots, state)
+        rows = len(batch)
+        inputs = np.array(
+            [(s.slot, s.num_generated, s.num_generated + 1 < s.max_patches) for s in batch], dtype=np.int64
+        )
+        cuda = self.device.type == "cuda"
+        # A fresh pinned buffer (the host allocator caches them): the chunks handed out keep views of it.
+        host = torch.empty((rows, self.packed_width), pin_memory=cuda)
+        host.copy_(self._step(inputs)[:rows], non_blocking=True)
+        if cuda:
+            torch.cuda.current_stream(self.device).synchronize()
+        packed = host.numpy()
+        return StepResult(
+            seqs=batch,
+            latents=packed[:, None, :CODEBOOKS],
+            samples=packed[:, CODEBOOKS:-1],
+            stops=(packed[:, -1] > 0.5).tolist(),
+        )
 
-        # look-ahead: feed the frame, sample the next codebook 0; rows at their last frame stop by length instead
-        stops = torch.zeros(len(seqs), dtype=torch.bool, device=device)
-        go = [i for i, s in enumerate(seqs) if s.num_generated + 1 < s.max_patches]
-        if go:
-            rows = torch.tensor(go, device=device)
-            go_seqs = [seqs[i] for i in go]
-            self.slot_history[slots[rows], torch.tensor([frame[i] for i in go], device=device)] = c0[rows]
-            text = [
-                self.slot_trailing[s.slot][min(s.num_generated, len(self.slot_trailing[s.slot]) - 1)] for s in go_seqs
-            ]
-            x = self.model.frame_embed(frames[rows]) + self.model.text_embed(torch.tensor(text, device=device))
-            starts = [s.num_prompt + s.num_generated for s in go_seqs]
-            next_hidden = self._talker(go_seqs, list(x[:, None]), starts)
-            next_c0 = self._sample_c0(go_seqs, slots[rows], next_hidden, [frame[i] + 1 for i in go])
-            self.slot_hidden[slots[rows]] = next_hidden
-            self.slot_c0[slots[rows]] = next_c0
-            stops[rows] = next_c0 == self.config.talker.codec_eos_id
-        latents = frames.float()[:, None, :].cpu().numpy()
-        return StepResult(seqs, latents, audio.float().cpu().numpy(), stops.cpu().tolist())
+    def _step(self, inputs: np.ndarray) -> torch.Tensor:
+        """The frame body over the step's rows: replayed from the smallest bucket holding them (padded with scratch
+        rows), or eager. The result's first len(inputs) rows are the step's."""
+        graphs = self.graphs
+        if graphs is None:
+            return self._frame(self._to_device(inputs))
+        rows, bucket = len(inputs), graphs.bucket(len(inputs))
+
+        def fill() -> None:
+            # The host waits for every step's result before preparing the next: the staging buffer is free.
+            staging = self._step_staging.numpy()
+            staging[:rows] = inputs
+            staging[rows:bucket] = (self.scratch_slot, 0, 0)
+            self._step_input[:bucket].copy_(self._step_staging[:bucket], non_blocking=True)
+
+        return graphs.frame.run(bucket, fill)

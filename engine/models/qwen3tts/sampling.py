@@ -102,6 +102,18 @@ class RowSampling:
             torch.tensor([p.top_p if p.do_sample else 1.0 for p in params], device=device),
         )
 
+    def select(self, rows: torch.Tensor) -> RowSampling:
+        """The settings of rows `rows` (int64 [B]): per-slot settings gathered for a step's rows."""
+        return RowSampling(self.do_sample[rows], self.temperature[rows], self.top_k[rows], self.top_p[rows])
+
+    def assign(self, rows: torch.Tensor, other: RowSampling) -> None:
+        """Rows `rows` take other's rows 0..len(rows)-1."""
+        for mine, theirs in zip(self.tensors(), other.tensors(), strict=True):
+            mine[rows] = theirs
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.do_sample, self.temperature, self.top_k, self.top_p
+
 
 def warp(logits: torch.Tensor, s: RowSampling) -> torch.Tensor:
     """Temperature, top-k, top-p per row, as transformers' warpers do them (filtered logits become -inf)."""
