@@ -6,6 +6,10 @@ JSON line per concurrency level with the anchor runner's keys plus the GPU memor
 
     python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 1 8 32 64 128 256
 
+Qwen3-TTS checkpoints (a random one: `python -m engine.models.qwen3tts.make_checkpoint --variant customvoice-0.6b
+--size full --out DIR`) need no such variant: every request asks for min_patches = --steps, which masks the codec
+EOS, so each runs exactly --steps frames of 80 ms (plain text: CustomVoice's default speaker).
+
 With `--outliers K --outlier-timesteps N`, K requests of every burst ask for N Euler steps instead of the
 default 10: the line then also gives the others' RTF p90 and TTFB p50 (`others_*`), which shows what such a
 request costs the rest of the batch.
@@ -95,7 +99,9 @@ async def main(args: argparse.Namespace) -> None:
         await engine.load_lora(name, make_adapter(args.model, scratch / name, rank=args.lora_rank, seed=i))
     hot = make_adapter(args.model, scratch / "hot", rank=args.lora_rank, seed=99) if args.hot_load else None
     sample_rate = engine.info.sample_rate
-    print(json.dumps({"engine": "voxstream", "model_info": engine.info.name, "sample_rate": sample_rate}), flush=True)
+    info = engine.info
+    header = {"engine": "voxstream", "model_info": info.name, "family": info.family, "architecture": info.architecture}
+    print(json.dumps(header | {"sample_rate": sample_rate, "enforce_eager": config.enforce_eager}), flush=True)
     for _ in range(args.warmup):
         await asyncio.gather(*[one(engine, args.steps, sample_rate) for _ in range(8)])
     cuda = torch.cuda.is_available() and config.device != "cpu"
