@@ -112,7 +112,9 @@ def _graphed_on_cpu(core: EngineCore, monkeypatch: pytest.MonkeyPatch) -> list[t
     return replays
 
 
-@pytest.mark.parametrize(("schedule", "rows"), [(BUCKETED, BUCKETED_ROWS), (BETWEEN, BETWEEN_ROWS)])
+@pytest.mark.parametrize(
+    ("schedule", "rows"), [(BUCKETED, BUCKETED_ROWS), (BETWEEN, BETWEEN_ROWS)], ids=["bucketed", "between"]
+)
 def test_graph_plumbing_on_cpu(qwen_checkpoint, monkeypatch: pytest.MonkeyPatch, schedule, rows) -> None:
     """Graph path vs eager engine on the CPU: the same codes and audio (fp32: padding rows leave the real rows'
     numbers alone up to GEMM blocking), each step replaying the smallest bucket that holds its rows."""
