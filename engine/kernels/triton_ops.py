@@ -451,11 +451,12 @@ def lora_rows(index: torch.Tensor, slots: int) -> LoRARows:
     return LoRARows(index, order, segments)
 
 
-def lora_blocks(rows: int) -> tuple[int, int]:
-    """BLOCK_M of the shrink and of the expand for `rows` rows. The shrink walks K = in_features per tile: small
-    tiles keep enough programs busy (a decode step's LM has 256 rows); the expand's cost is reading and writing y, so
-    its tiles are large where there are many rows (a LocDiT call has 2 x batch x 11)."""
-    return (16 if rows <= 2048 else 32), (16 if rows <= 1024 else 64)
+# BLOCK_M of the shrink and of the expand. Fixed, not chosen by the row count: a new value would compile a new variant
+# the first time a batch size needs it (a stall mid-serve). The shrink walks K = in_features per tile and is read-
+# bound on x and A: 32-row tiles keep a LocDiT call's 2 x B x 11 rows on several hundred programs. The expand reads
+# and writes y: 64-row tiles load each column block of B once per 64 rows; a decode step's LM (B rows, B/8 per slot
+# at 8 adapters) leaves some rows of its tiles masked, which costs no memory traffic.
+LORA_BLOCKS = (32, 64)
 
 
 def lora_add_(
@@ -464,9 +465,9 @@ def lora_add_(
     rows: LoRARows,
     a: torch.Tensor,
     b: torch.Tensor,
-    blocks: tuple[int, int] | None = None,
+    blocks: tuple[int, int] = LORA_BLOCKS,
 ) -> None:
-    """`blocks`: (shrink, expand) BLOCK_M, by default lora_blocks(M) (an argument for benchmarks)."""
+    """`blocks`: (shrink, expand) BLOCK_M (an argument for benchmarks)."""
     m, k = x.shape
     slots, rank, n = b.shape
     index = rows.index
@@ -483,7 +484,7 @@ def lora_add_(
         return
     if rows.order is None or rows.segments is None or rows.segments.numel() != slots + 1:
         rows = lora_rows(index, slots)
-    block_shrink, block_expand = blocks or lora_blocks(m)
+    block_shrink, block_expand = blocks
     block_r = max(16, min(32, triton.next_power_of_2(rank)))  # a fused q/k/v's parts are separate programs
     block_k = max(16, min(128, triton.next_power_of_2(k)))
     block_n = max(16, min(128, triton.next_power_of_2(n)))

@@ -195,6 +195,7 @@ def test_lora_add_every_tile_size(blocks: tuple[int, int], slots: int) -> None:
     _assert_lora_close(got, expected, y, index)
 
 
+@torch.inference_mode()
 def test_lora_linear_on_the_locdit_layout() -> None:
     """A LocDiT q/k/v linear at B=256: x [2B, S, in] with one slot per CFG row [2B] (both halves of a sequence use
     its adapter), through LoRALinear and the index its AdapterRows prepares once for both linears that read it."""
@@ -214,8 +215,7 @@ def test_lora_linear_on_the_locdit_layout() -> None:
     per_sequence = (torch.arange(batch, device="cuda") % slots).int()
     rows.dit = torch.cat((per_sequence, per_sequence))
     x = torch.randn(2 * batch, seq, hidden, device="cuda", dtype=torch.bfloat16)
-    with torch.inference_mode():
-        got = [layer(x) for layer in linears]
+    got = [layer(x) for layer in linears]
     assert len(rows._prepared) == 1  # one grouping for both linears
     index = rows.dit[:, None].expand(2 * batch, seq).reshape(-1)
     for layer, out in zip(linears, got, strict=True):
