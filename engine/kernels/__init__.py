@@ -201,7 +201,7 @@ def lora_rows(index: torch.Tensor, slots: int) -> LoRARows:
 
 def lora_add_(y: torch.Tensor, x: torch.Tensor, rows: LoRARows, a: torch.Tensor, b: torch.Tensor) -> None:
     """See lora_add_torch. The fused kernels run one program per tile of rows of one slot (rows grouped by slot,
-    see LoRARows), so each row is shrunk and expanded once, with its own slot's A and B, and slot 0 costs nothing."""
+    see LoRARows), so each row is shrunk and expanded once, with its own slot's A and B; slot-0 rows are skipped."""
     if _fused(x):
         from engine.kernels import triton_ops
 
