@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -96,6 +97,19 @@ def causal_conv_snake_torch(
     groups = x.shape[1] // weight.shape[1]
     y = F.conv1d(torch.cat((context, x), dim=-1), weight, bias, dilation=dilation, groups=groups)
     return snake_torch(y, alpha)
+
+
+@dataclass(frozen=True, slots=True)
+class LoRARows:
+    """The adapter slot of each row of one row layout, made once (`lora_rows`) for every linear that reads it.
+
+    On CUDA it also holds the rows grouped by slot, which the segmented kernels walk: `order` lists the rows of
+    slots 1..S-1 slot by slot (stable; slot-0 rows are left out, the tail past them is unused) and slot s's rows
+    are order[segments[s]:segments[s + 1]]. Fixed shapes whatever the slots, so CUDA graphs capture it."""
+
+    index: torch.Tensor  # int32 [M], slot per row (0 = no adapter)
+    order: torch.Tensor | None = None  # int32 [M]
+    segments: torch.Tensor | None = None  # int32 [S + 1]
 
 
 def lora_add_torch(y: torch.Tensor, x: torch.Tensor, index: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
@@ -175,14 +189,25 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     return dense_attention_torch(q, k, v, scale)
 
 
-def lora_add_(y: torch.Tensor, x: torch.Tensor, index: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """See lora_add_torch; the fused kernels skip the slots no row of a tile uses (and slot 0 altogether)."""
+def lora_rows(index: torch.Tensor, slots: int) -> LoRARows:
+    """Prepare `index` (int32 [M], values in 0..slots-1) for lora_add_ calls; the grouping by slot is made only
+    where the fused kernels will use it."""
+    if _fused(index):
+        from engine.kernels import triton_ops
+
+        return triton_ops.lora_rows(index, slots)
+    return LoRARows(index)
+
+
+def lora_add_(y: torch.Tensor, x: torch.Tensor, rows: LoRARows, a: torch.Tensor, b: torch.Tensor) -> None:
+    """See lora_add_torch. The fused kernels run one program per tile of rows of one slot (rows grouped by slot,
+    see LoRARows), so each row is shrunk and expanded once, with its own slot's A and B; slot-0 rows are skipped."""
     if _fused(x):
         from engine.kernels import triton_ops
 
-        triton_ops.lora_add_(y, x, index, a, b)
+        triton_ops.lora_add_(y, x, rows, a, b)
         return
-    lora_add_torch(y, x, index, a, b)
+    lora_add_torch(y, x, rows.index, a, b)
 
 
 def causal_conv_snake(

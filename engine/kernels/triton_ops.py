@@ -11,6 +11,7 @@ from triton.language.extra import libdevice
 
 from engine.kernels import (
     MAX_TINY_SEQ,
+    LoRARows,
     causal_conv_snake_torch,
     dense_attention_torch,
     lora_add_torch,
@@ -336,84 +337,165 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     return out
 
 
-# -- LoRA: each row's own adapter slot (segmented shrink then expand) ---------------------------------------------
-# Programs are (row tile, slot[, column tile]); a program whose tile has no row of its slot returns at once, so a
-# step costs what its adapters use, while the grid (and the captured graph) stays the same whatever the mix.
+# -- LoRA: each row's own adapter slot (rows grouped by slot, then segmented shrink and expand) -------------------
+# Punica's SGMV layout: one plan per row layout (`lora_rows`, one program) lists the rows slot by slot; the shrink and
+# expand grids then cover tiles of BLOCK_M grouped rows, each tile within one slot's segment, so every row is read
+# once with its own slot's A and B. The grids are an upper bound on the tiles (cdiv(M, BLOCK_M) + S - 1): shapes
+# never depend on the mix (capturable), and the programs past the last tile return at once.
+
+
+@triton.jit(do_not_specialize=["M"])
+def _lora_plan_kernel(idx_ptr, order_ptr, seg_ptr, M, S: tl.constexpr, S_P: tl.constexpr, BLOCK: tl.constexpr):
+    """One program: count each slot's rows, then place every row of slots 1..S-1 after the earlier rows of its slot
+    (a stable counting sort). Slot 0 and out-of-range values are not placed: no program reads those rows."""
+    slots = tl.arange(0, S_P)
+    live = (slots >= 1) & (slots < S)
+    counts = tl.zeros([S_P], dtype=tl.int32)
+    for m0 in range(0, M, BLOCK):
+        rows = m0 + tl.arange(0, BLOCK)
+        idx = tl.load(idx_ptr + rows, mask=rows < M, other=0)
+        counts += tl.sum(((idx[:, None] == slots[None, :]) & live[None, :]).to(tl.int32), axis=0)
+    starts = tl.cumsum(counts, axis=0) - counts
+    tl.store(seg_ptr + slots, starts, mask=slots < S)
+    tl.store(seg_ptr + S, tl.sum(counts, axis=0))
+    for m0 in range(0, M, BLOCK):
+        rows = m0 + tl.arange(0, BLOCK)
+        idx = tl.load(idx_ptr + rows, mask=rows < M, other=0)
+        hit = ((idx[:, None] == slots[None, :]) & live[None, :]).to(tl.int32)
+        earlier = tl.cumsum(hit, axis=0) - hit  # rows of the same slot before this one in the block
+        pos = tl.sum((starts[None, :] + earlier) * hit, axis=1)
+        tl.store(order_ptr + pos, rows, mask=tl.sum(hit, axis=1) > 0)
+        starts += tl.sum(hit, axis=0)
+
+
+@triton.jit
+def _lora_tile(seg_ptr, tile, S: tl.constexpr, S_P: tl.constexpr, BLOCK_M: tl.constexpr):
+    """(slot, first, end) of row tile `tile`: the tiles of BLOCK_M grouped rows are laid out slot after slot, the
+    tile holds order[first:min(first + BLOCK_M, end)]; slot 0 for a program past the last tile."""
+    slots = tl.arange(0, S_P)
+    live = (slots >= 1) & (slots < S)
+    start = tl.load(seg_ptr + slots, mask=live, other=0)
+    end = tl.load(seg_ptr + slots + 1, mask=live, other=0)
+    tiles = (end - start + BLOCK_M - 1) // BLOCK_M
+    before = tl.cumsum(tiles, axis=0) - tiles
+    mine = (tile >= before) & (tile < before + tiles)  # at most one slot: the tile ranges do not overlap
+    slot = tl.sum(tl.where(mine, slots, 0), axis=0)
+    first = tl.sum(tl.where(mine, start + (tile - before) * BLOCK_M, 0), axis=0)
+    return slot, first, tl.sum(tl.where(mine, end, 0), axis=0)
 
 
 @triton.jit
 def _lora_shrink_kernel(
-    x_ptr, idx_ptr, a_ptr, t_ptr, M, K, R, stride_x,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, PRECISION: tl.constexpr,
+    x_ptr, order_ptr, seg_ptr, a_ptr, t_ptr, K, R, stride_x,
+    S: tl.constexpr, S_P: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    slot = tl.program_id(1) + 1
-    match = tl.load(idx_ptr + rows, mask=rows < M, other=0) == slot
-    if tl.sum(match.to(tl.int32), axis=0) == 0:
+    """t[p, r-block] = x[order[p]] @ A[slot, r-block].T for the grouped positions p of one tile (t in grouped order)."""
+    slot, first, end = _lora_tile(seg_ptr, tl.program_id(0), S, S_P, BLOCK_M)
+    if slot == 0:
         return
-    rs = tl.arange(0, BLOCK_R)
+    pos = first + tl.arange(0, BLOCK_M)
+    live = pos < end
+    rows = tl.load(order_ptr + pos, mask=live, other=0).to(tl.int64)
+    rs = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     a_base = a_ptr + slot.to(tl.int64) * R * K
     acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
-        x_mask = match[:, None] & (ks < K)[None, :]
-        x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_x + ks[None, :], mask=x_mask, other=0.0)
+        x = tl.load(x_ptr + rows[:, None] * stride_x + ks[None, :], mask=live[:, None] & (ks < K)[None, :], other=0.0)
         a = tl.load(a_base + rs[None, :] * K + ks[:, None], mask=(rs < R)[None, :] & (ks < K)[:, None], other=0.0)
         acc += tl.dot(x, a, input_precision=PRECISION)
     # Rounded to the activations' dtype: where the reference's first F.linear rounds.
-    out = acc.to(x_ptr.dtype.element_ty)
-    tl.store(t_ptr + rows[:, None].to(tl.int64) * R + rs[None, :], out, mask=match[:, None] & (rs < R)[None, :])
+    t_offsets = pos[:, None].to(tl.int64) * R + rs[None, :]
+    tl.store(t_ptr + t_offsets, acc.to(t_ptr.dtype.element_ty), mask=live[:, None] & (rs < R)[None, :])
 
 
 @triton.jit
 def _lora_expand_kernel(
-    t_ptr, idx_ptr, b_ptr, y_ptr, M, N, R, stride_y,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, PRECISION: tl.constexpr,
+    t_ptr, order_ptr, seg_ptr, b_ptr, y_ptr, N, R, stride_y,
+    S: tl.constexpr, S_P: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    slot = tl.program_id(2) + 1
-    match = tl.load(idx_ptr + rows, mask=rows < M, other=0) == slot
-    if tl.sum(match.to(tl.int32), axis=0) == 0:
+    """y[order[p], n-block] += t[p] @ B[slot][:, n-block] for the grouped positions p of one tile."""
+    slot, first, end = _lora_tile(seg_ptr, tl.program_id(0), S, S_P, BLOCK_M)
+    if slot == 0:
         return
+    pos = first + tl.arange(0, BLOCK_M)
+    live = pos < end
+    rows = tl.load(order_ptr + pos, mask=live, other=0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rs = tl.arange(0, BLOCK_R)
-    t_mask = match[:, None] & (rs < R)[None, :]
-    t = tl.load(t_ptr + rows[:, None].to(tl.int64) * R + rs[None, :], mask=t_mask, other=0.0)
     b_base = b_ptr + slot.to(tl.int64) * R * N
-    b = tl.load(b_base + rs[:, None] * N + cols[None, :], mask=(rs < R)[:, None] & (cols < N)[None, :], other=0.0)
-    update = tl.dot(t, b, input_precision=PRECISION)
-    y_mask = match[:, None] & (cols < N)[None, :]
-    y_offsets = rows[:, None].to(tl.int64) * stride_y + cols[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for r0 in range(0, R, BLOCK_R):
+        rs = r0 + tl.arange(0, BLOCK_R)
+        t_mask = live[:, None] & (rs < R)[None, :]
+        t = tl.load(t_ptr + pos[:, None].to(tl.int64) * R + rs[None, :], mask=t_mask, other=0.0)
+        b = tl.load(b_base + rs[:, None] * N + cols[None, :], mask=(rs < R)[:, None] & (cols < N)[None, :], other=0.0)
+        acc += tl.dot(t, b, input_precision=PRECISION)
+    y_mask = live[:, None] & (cols < N)[None, :]
+    y_offsets = rows[:, None] * stride_y + cols[None, :]
     y = tl.load(y_ptr + y_offsets, mask=y_mask, other=0.0)
     # The reference adds its rounded update to the rounded base output: round the update first, then add.
-    update = update.to(y_ptr.dtype.element_ty).to(tl.float32)
+    update = acc.to(y_ptr.dtype.element_ty).to(tl.float32)
     tl.store(y_ptr + y_offsets, (y.to(tl.float32) + update).to(y_ptr.dtype.element_ty), mask=y_mask)
 
 
-def lora_add_(y: torch.Tensor, x: torch.Tensor, index: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    rows, k = x.shape
+def lora_rows(index: torch.Tensor, slots: int) -> LoRARows:
+    index = index.contiguous()
+    rows = index.numel()
+    order = torch.empty(rows, dtype=torch.int32, device=index.device)
+    segments = torch.empty(slots + 1, dtype=torch.int32, device=index.device)
+    s_p = max(16, triton.next_power_of_2(slots))
+    # One program holds a [BLOCK, S_P] one-hot matrix: 16K entries whatever the pool size.
+    _lora_plan_kernel[(1,)](index, order, segments, rows, S=slots, S_P=s_p, BLOCK=max(64, 16384 // s_p), num_warps=8)
+    return LoRARows(index, order, segments)
+
+
+# BLOCK_M of the shrink and of the expand. Fixed, not chosen by the row count: a new value would compile a new variant
+# the first time a batch size needs it (a stall mid-serve). The shrink walks K = in_features per tile and is read-
+# bound on x and A: 32-row tiles keep a LocDiT call's 2 x B x 11 rows on several hundred programs. The expand reads
+# and writes y: 64-row tiles load each column block of B once per 64 rows; a decode step's LM (B rows, B/8 per slot
+# at 8 adapters) leaves some rows of its tiles masked, which costs no memory traffic.
+LORA_BLOCKS = (32, 64)
+
+
+def lora_add_(
+    y: torch.Tensor,
+    x: torch.Tensor,
+    rows: LoRARows,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    blocks: tuple[int, int] = LORA_BLOCKS,
+) -> None:
+    """`blocks`: (shrink, expand) BLOCK_M (an argument for benchmarks)."""
+    m, k = x.shape
     slots, rank, n = b.shape
+    index = rows.index
     ok = (
         x.dtype == y.dtype == a.dtype == b.dtype
         and x.dtype in (torch.float16, torch.bfloat16, torch.float32)
         and x.stride(1) == 1 and y.stride(1) == 1 and a.is_contiguous() and b.is_contiguous()
-        and index.is_contiguous() and y.shape == (rows, n) and a.shape == (slots, rank, k)
+        and y.shape == (m, n) and a.shape == (slots, rank, k) and index.shape == (m,)
     )  # fmt: skip
     if not ok:
         lora_add_torch(y, x, index, a, b)
         return
-    if rows == 0 or slots < 2:
+    if m == 0 or slots < 2:
         return
-    shrunk = torch.empty(rows, rank, dtype=x.dtype, device=x.device)
-    block_m, block_r = 16, max(16, triton.next_power_of_2(rank))
+    if rows.order is None or rows.segments is None or rows.segments.numel() != slots + 1:
+        rows = lora_rows(index, slots)
+    block_shrink, block_expand = blocks
+    block_r = max(16, min(32, triton.next_power_of_2(rank)))  # a fused q/k/v's parts are separate programs
+    block_k = max(16, min(128, triton.next_power_of_2(k)))
+    block_n = max(16, min(128, triton.next_power_of_2(n)))
+    s_p = max(16, triton.next_power_of_2(slots))
     precision = "ieee" if x.dtype == torch.float32 else "tf32"  # fp32 exact like the twin; 16-bit ignores it
-    grid_m = triton.cdiv(rows, block_m)
-    _lora_shrink_kernel[(grid_m, slots - 1)](
-        x, index, a, shrunk, rows, k, rank, x.stride(0),
-        BLOCK_M=block_m, BLOCK_K=64, BLOCK_R=block_r, PRECISION=precision, num_warps=4,
+    shrunk = torch.empty(m, rank, dtype=x.dtype, device=x.device)
+    _lora_shrink_kernel[(triton.cdiv(m, block_shrink) + slots - 1, triton.cdiv(rank, block_r))](
+        x, rows.order, rows.segments, a, shrunk, k, rank, x.stride(0),
+        S=slots, S_P=s_p, BLOCK_M=block_shrink, BLOCK_K=block_k, BLOCK_R=block_r, PRECISION=precision, num_warps=4,
     )  # fmt: skip
-    block_n = 64
-    _lora_expand_kernel[(grid_m, triton.cdiv(n, block_n), slots - 1)](
-        shrunk, index, b, y, rows, n, rank, y.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_R=block_r, PRECISION=precision, num_warps=4,
+    _lora_expand_kernel[(triton.cdiv(m, block_expand) + slots - 1, triton.cdiv(n, block_n))](
+        shrunk, rows.order, rows.segments, b, y, n, rank, y.stride(0),
+        S=slots, S_P=s_p, BLOCK_M=block_expand, BLOCK_N=block_n, BLOCK_R=block_r, PRECISION=precision, num_warps=4,
     )  # fmt: skip

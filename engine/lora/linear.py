@@ -38,22 +38,52 @@ class Site:
     rows: str  # the AdapterRows attribute that indexes this linear's input rows
 
 
+def _layout(name: str) -> property:
+    def get(self: AdapterRows) -> torch.Tensor | None:
+        return self._index[name]
+
+    def set(self: AdapterRows, index: torch.Tensor | None) -> None:
+        self._index[name] = index
+        for key in [key for key in self._prepared if key[0] == name]:
+            del self._prepared[key]
+
+    return property(get, set)
+
+
 class AdapterRows:
     """Adapter slot (int32, 0 = none) per input row of the forward in progress, by row layout. The model sets them;
     None means no adapter for the whole call. A layout with fewer dimensions than the input broadcasts over the
-    rest (the LocDiT's [rows] over [rows, tokens])."""
+    rest (the LocDiT's [rows] over [rows, tokens]).
 
-    __slots__ = ("audio", "dit", "seqs", "tokens")
+    Each layout is expanded to the input's rows and prepared for the kernels (`kernels.lora_rows`) once, by the
+    first linear that reads it after the model set it, and shared by the others: in a captured forward that is
+    inside the graph, so a replay prepares the index it was given."""
 
-    def __init__(self) -> None:
-        self.tokens: torch.Tensor | None = None
-        self.audio: torch.Tensor | None = None
-        self.seqs: torch.Tensor | None = None
-        self.dit: torch.Tensor | None = None
+    LAYOUTS = ("tokens", "audio", "seqs", "dit")
+    tokens = _layout("tokens")
+    audio = _layout("audio")
+    seqs = _layout("seqs")
+    dit = _layout("dit")
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots  # adapter slots of every LoRALinear, slot 0 (none) included
+        self._index: dict[str, torch.Tensor | None] = dict.fromkeys(self.LAYOUTS)
+        self._prepared: dict[tuple[str, torch.Size], kernels.LoRARows] = {}
+
+    def prepared(self, layout: str, lead: torch.Size) -> kernels.LoRARows | None:
+        """The slots of `layout` for an input whose rows are `lead` (its shape less the features); None: none."""
+        index = self._index[layout]
+        if index is None:
+            return None
+        key = (layout, lead)
+        if key not in self._prepared:
+            flat = index.view(*index.shape, *(1,) * (len(lead) - index.ndim)).expand(lead).reshape(-1)
+            self._prepared[key] = kernels.lora_rows(flat, self.slots)
+        return self._prepared[key]
 
 
 class LoRALinear(nn.Linear):
-    def __init__(self, base: nn.Linear, site: Site, slots: int, rank: int, rows: AdapterRows) -> None:
+    def __init__(self, base: nn.Linear, site: Site, rank: int, rows: AdapterRows) -> None:
         nn.Module.__init__(self)
         self.in_features, self.out_features = base.in_features, base.out_features
         self.weight, self.bias = base.weight, base.bias
@@ -62,18 +92,16 @@ class LoRALinear(nn.Linear):
         self.adapter_rows = rows
         width = rank * len(site.parts)
         like = {"dtype": base.weight.dtype, "device": base.weight.device}
-        self.register_buffer("lora_a", torch.zeros(slots, width, self.in_features, **like), persistent=False)
-        self.register_buffer("lora_b", torch.zeros(slots, width, self.out_features, **like), persistent=False)
+        self.register_buffer("lora_a", torch.zeros(rows.slots, width, self.in_features, **like), persistent=False)
+        self.register_buffer("lora_b", torch.zeros(rows.slots, width, self.out_features, **like), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.linear(x, self.weight, self.bias)
-        index = getattr(self.adapter_rows, self.site.rows)
-        if index is None:
+        rows = self.adapter_rows.prepared(self.site.rows, x.shape[:-1])
+        if rows is None:
             return y
-        lead = x.shape[:-1]
-        index = index.view(*index.shape, *(1,) * (len(lead) - index.ndim)).expand(lead).reshape(-1)
         kernels.lora_add_(
-            y.view(-1, self.out_features), x.reshape(-1, self.in_features), index, self.lora_a, self.lora_b
+            y.view(-1, self.out_features), x.reshape(-1, self.in_features), rows, self.lora_a, self.lora_b
         )
         return y
 

@@ -30,7 +30,7 @@ class LoRAPool:
         if limits.max_loras < 1 or limits.max_rank < 1:
             raise ValueError("a LoRA pool needs max_loras >= 1 and max_rank >= 1")
         self.limits = limits
-        self.rows = AdapterRows()
+        self.rows = AdapterRows(limits.max_loras + 1)
         self.layers: list[LoRALinear] = []
         self.targets: dict[str, Target] = {}  # what adapters may target here, by released path
         served = set(limits.modules)
@@ -41,7 +41,7 @@ class LoRAPool:
             site = Site(site.module, parts, site.in_features, site.group, site.rows)
             owner, _, name = site.module.rpartition(".")
             parent = model.get_submodule(owner) if owner else model
-            layer = LoRALinear(getattr(parent, name), site, limits.max_loras + 1, limits.max_rank, self.rows)
+            layer = LoRALinear(getattr(parent, name), site, limits.max_rank, self.rows)
             setattr(parent, name, layer)
             self.layers.append(layer)
             for part in parts:

@@ -73,6 +73,6 @@ def test_lora_twin_applies_each_rows_slot() -> None:
     for m, s in enumerate(index.tolist()):
         expected[m] += (x[m] @ a[s].t()) @ b[s]
     got = y.clone()
-    kernels.lora_add_(got, x, index, a, b)
+    kernels.lora_add_(got, x, kernels.lora_rows(index, slots), a, b)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     assert torch.equal(got[0], y[0]) and torch.equal(got[5], y[5])

@@ -118,45 +118,130 @@ def test_dense_attention(dtype: torch.dtype, seq: int, heads: int, kv_heads: int
     assert _rel(got, exact) <= max(_rel(twin, exact), 1e-4) * 1.5
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize(("rows", "k", "n", "rank"), [(1, 64, 64, 16), (300, 2048, 2560, 96), (5632, 1024, 1024, 32)])
-def test_lora_add_mixed_slots(dtype: torch.dtype, rows: int, k: int, n: int, rank: int) -> None:
-    """Rows of 8 adapters and rows of none (slot 0) in one call, as a LoRA step mixes them."""
-    slots = 9
+# Slot per row for `rows` rows of `slots` slots (slot 0: no adapter), as LoRA steps mix them.
+LORA_MIXES = {
+    "none": lambda rows, slots: torch.zeros(rows),
+    "one slot": lambda rows, slots: torch.full((rows,), slots - 1),
+    "every slot": lambda rows, slots: torch.arange(rows) % (slots - 1) + 1,
+    "round robin with none": lambda rows, slots: torch.arange(rows) % slots,
+    "random": lambda rows, slots: torch.randint(0, slots, (rows,)),
+}
+
+
+def _lora_weights(slots: int, rank: int, k: int, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     a = torch.randn(slots, rank, k, device="cuda", dtype=dtype) / k**0.5
     b = torch.randn(slots, rank, n, device="cuda", dtype=dtype) * 0.05
     a[0], b[0] = 0, 0
-    x = torch.randn(rows, k, device="cuda", dtype=dtype)
-    y = torch.randn(rows, n, device="cuda", dtype=dtype)
-    index = torch.randint(0, slots, (rows,), device="cuda", dtype=torch.int32)
-    expected = y.clone()
-    kernels.lora_add_torch(expected, x, index, a, b)
-    got = y.clone()
-    triton_ops.lora_add_(got, x, index, a, b)
+    return a, b
+
+
+def _assert_lora_close(got: torch.Tensor, expected: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> None:
     update = (expected.float() - y.float()).norm()
-    assert float((got.float() - expected.float()).norm()) <= (4e-3 if dtype == torch.bfloat16 else 1e-5) * max(
-        float(update), 1.0
-    )
+    tol = 4e-3 if got.dtype == torch.bfloat16 else 1e-5
+    assert float((got.float() - expected.float()).norm()) <= tol * max(float(update), 1.0)
     none = index == 0
     assert torch.equal(got[none], y[none])  # rows without an adapter are untouched
 
 
+def _assert_grouped(rows: kernels.LoRARows, index: torch.Tensor, slots: int) -> None:
+    """rows.order lists the rows of slots 1.. slot by slot in their order (a stable sort), and segments bound them."""
+    assert rows.order is not None and rows.segments is not None
+    placed = int(rows.segments[-1])
+    assert placed == int((index > 0).sum()) and int(rows.segments[1]) == 0
+    by_slot = torch.sort(torch.where(index > 0, index, slots).long(), stable=True).indices
+    assert torch.equal(rows.order[:placed].long(), by_slot[:placed])
+    counts = torch.bincount(index.long(), minlength=slots)
+    assert torch.equal(rows.segments[1:].diff().long(), counts[1:])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(
+    ("rows", "k", "n", "rank"),
+    [(1, 64, 64, 16), (37, 128, 96, 24), (256, 2048, 2560, 96), (300, 2048, 2048, 32), (5632, 1024, 1024, 32)],
+)
+@pytest.mark.parametrize("mix", LORA_MIXES)
+def test_lora_add_equals_its_twin(dtype: torch.dtype, rows: int, k: int, n: int, rank: int, mix: str) -> None:
+    """Rows of 8 adapters and rows of none in one call, grouped by slot, against the twin: row counts that are not
+    a multiple of any tile, a fused q/k/v's 3 rank blocks (96), the LM's and a LocDiT call's row counts at B=256."""
+    slots = 9
+    a, b = _lora_weights(slots, rank, k, n, dtype)
+    x = torch.randn(rows, k, device="cuda", dtype=dtype)
+    y = torch.randn(rows, n, device="cuda", dtype=dtype)
+    index = LORA_MIXES[mix](rows, slots).to(device="cuda", dtype=torch.int32)
+    grouped = triton_ops.lora_rows(index, slots)
+    _assert_grouped(grouped, index, slots)
+    expected = y.clone()
+    kernels.lora_add_torch(expected, x, index, a, b)
+    got = y.clone()
+    triton_ops.lora_add_(got, x, grouped, a, b)
+    _assert_lora_close(got, expected, y, index)
+
+
+@pytest.mark.parametrize("blocks", [(16, 16), (32, 64), (64, 32), (64, 64)])
+@pytest.mark.parametrize("slots", [2, 9, 33])
+def test_lora_add_every_tile_size(blocks: tuple[int, int], slots: int) -> None:
+    """Each BLOCK_M of the shrink and the expand, with pools of one, 8 and 32 adapters (several grouping blocks)."""
+    rows, k, n, rank = 2500, 256, 320, 24
+    a, b = _lora_weights(slots, rank, k, n, torch.bfloat16)
+    x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
+    index = torch.randint(0, slots, (rows,), device="cuda", dtype=torch.int32)
+    grouped = triton_ops.lora_rows(index, slots)
+    _assert_grouped(grouped, index, slots)
+    expected = y.clone()
+    kernels.lora_add_torch(expected, x, index, a, b)
+    got = y.clone()
+    triton_ops.lora_add_(got, x, grouped, a, b, blocks)
+    _assert_lora_close(got, expected, y, index)
+
+
+@torch.inference_mode()
+def test_lora_linear_on_the_locdit_layout() -> None:
+    """A LocDiT q/k/v linear at B=256: x [2B, S, in] with one slot per CFG row [2B] (both halves of a sequence use
+    its adapter), through LoRALinear and the index its AdapterRows prepares once for both linears that read it."""
+    from engine.lora.linear import AdapterRows, LoRALinear, Part, Site
+
+    batch, seq, hidden, slots, rank = 256, 11, 1024, 9, 32
+    rows = AdapterRows(slots)
+    linears = []
+    for name, n in (("qkv_proj", 2560), ("o_proj", hidden)):
+        base = torch.nn.Linear(hidden, n, bias=False, device="cuda", dtype=torch.bfloat16)
+        site = Site(name, (Part(name, 0, n),), hidden, "dit", "dit")
+        layer = LoRALinear(base, site, rank, rows)
+        a, b = _lora_weights(slots, rank, hidden, n, torch.bfloat16)
+        layer.lora_a.copy_(a)
+        layer.lora_b.copy_(b)
+        linears.append(layer)
+    per_sequence = (torch.arange(batch, device="cuda") % slots).int()
+    rows.dit = torch.cat((per_sequence, per_sequence))
+    x = torch.randn(2 * batch, seq, hidden, device="cuda", dtype=torch.bfloat16)
+    got = [layer(x) for layer in linears]
+    assert len(rows._prepared) == 1  # one grouping for both linears
+    index = rows.dit[:, None].expand(2 * batch, seq).reshape(-1)
+    for layer, out in zip(linears, got, strict=True):
+        y = torch.nn.functional.linear(x, layer.weight).view(-1, layer.out_features)
+        expected = y.clone()
+        kernels.lora_add_torch(expected, x.view(-1, hidden), index, layer.lora_a, layer.lora_b)
+        assert out.shape == (2 * batch, seq, layer.out_features)
+        _assert_lora_close(out.view(-1, layer.out_features), expected, y, index)
+
+
 def test_lora_add_replays_in_a_cuda_graph() -> None:
-    """Captured once, replayed with other slots per row: the graph follows the staged index."""
-    a = torch.randn(5, 16, 128, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(5, 16, 256, device="cuda", dtype=torch.bfloat16)
-    a[0], b[0] = 0, 0
-    x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
-    y0 = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
-    index = torch.zeros(64, dtype=torch.int32, device="cuda")
+    """Grouping and kernels captured once, replayed with other slots per row: the graph follows the staged index."""
+    slots, rows = 5, 300
+    a, b = _lora_weights(slots, 16, 128, 256, torch.bfloat16)
+    x = torch.randn(rows, 128, device="cuda", dtype=torch.bfloat16)
+    y0 = torch.randn(rows, 256, device="cuda", dtype=torch.bfloat16)
+    index = torch.zeros(rows, dtype=torch.int32, device="cuda")
     y = y0.clone()
-    triton_ops.lora_add_(y, x, index, a, b)  # compile outside the capture
+    triton_ops.lora_add_(y, x, triton_ops.lora_rows(index, slots), a, b)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        triton_ops.lora_add_(y, x, index, a, b)
-    index.copy_(torch.randint(0, 5, (64,), device="cuda", dtype=torch.int32))
-    y.copy_(y0)
-    graph.replay()
-    expected = y0.clone()
-    kernels.lora_add_torch(expected, x, index, a, b)
-    assert _rel(y, expected) < 4e-3
+        triton_ops.lora_add_(y, x, triton_ops.lora_rows(index, slots), a, b)
+    for mix in ("random", "one slot", "none", "every slot"):
+        index.copy_(LORA_MIXES[mix](rows, slots))
+        y.copy_(y0)
+        graph.replay()
+        expected = y0.clone()
+        kernels.lora_add_torch(expected, x, index, a, b)
+        _assert_lora_close(y, expected, y0, index)
