@@ -38,16 +38,8 @@ TEXT = "The quick brown fox jumps over the lazy dog while the weather report pla
 FRAME_RATE = 12.5  # Qwen3-TTS 12 Hz codec frames per second (1920 samples at 24 kHz)
 
 
-@dataclass(frozen=True)
-class Peer:
-    stack: str  # the --site-root subdirectory with its transformers and packages
-    streams: bool
-
-
-PEERS = {
-    "faster-qwen3-tts": Peer(stack="tf5", streams=True),
-    "faster-qwen3-tts-batch": Peer(stack="tf4", streams=False),
-}
+# each peer's --site-root subdirectory with its transformers and packages
+PEERS = {"faster-qwen3-tts": "tf5", "faster-qwen3-tts-batch": "tf4"}
 
 
 def percentile(xs: list[float], p: float) -> float:
@@ -117,8 +109,7 @@ def run_faster(args: argparse.Namespace, emit: Callable[[dict], None]) -> None:
     )
     kind = model.model.model.tts_model_type
     if kind == "custom_voice":
-        speaker = args.speaker
-        voice = {"speaker": speaker}
+        voice = {"speaker": args.speaker}
         generate = model.generate_custom_voice_streaming
     elif kind == "base":
         voice = {"ref_audio": reference_voice(Path(tempfile.mkdtemp())), "ref_text": "", "xvec_only": True}
@@ -206,7 +197,7 @@ def run_batch(args: argparse.Namespace, emit: Callable[[dict], None]) -> None:
 def child(args: argparse.Namespace) -> None:
     """One peer in this process: its stack, then the stand-ins and the repo (the stand-in uses engine's mel)."""
     site = Path(args.site_root)
-    for path in reversed([REPO / "benchmarks" / "qwen_peers", site / PEERS[args.peer].stack, site / "common", REPO]):
+    for path in reversed([REPO / "benchmarks" / "qwen_peers", site / PEERS[args.peer], site / "common", REPO]):
         sys.path.insert(0, str(path))
 
     # the peers print their progress: to stderr, so that stdout carries only the JSON lines
