@@ -3,14 +3,15 @@ faster-qwen3-tts-batch (batched CUDA graphs, batch-and-wait), with bench_engine.
 codec frames per request (EOS is suppressed until then, as our runs use min_patches = max_patches) and its JSON
 keys, one line per (peer, concurrency), plus the GPU's name. Both peers need CUDA.
 
-    python benchmarks/bench_qwen3_peers.py --model CKPT --frames 120 --concurrency 1 64 256
+    python benchmarks/bench_qwen3_peers.py --model CKPT --frames 120
 
 - faster-qwen3-tts 0.5.4 streams (`generate_custom_voice_streaming` / `generate_voice_clone_streaming`, x-vector
   only): c=1 is --repeats requests one after another, ttfb = time to the first audio chunk (its --chunk-sizes frames
-  decoded); it has no batching, so c>1 queues the c requests and serves them one at a time (`serialized`).
+  decoded; by default 1 frame, its lowest, and 8, as its README's figures); it has no batching, so c>1 queues the c
+  requests and serves them one at a time (`serialized`: its aggregate xRT is its c=1 xRT), hence c=1 by default.
 - faster-qwen3-tts-batch 0.2.0 clones voices only (a Base checkpoint; x-vector only, its default) and does not
   stream: a burst of c is one `generate_voice_clone_batch` with graphs captured at batch size c, and every request's
-  first audio is its whole audio (ttfb = the burst's wall time).
+  first audio is its whole audio (ttfb = the burst's wall time); c=64 and 256 by default.
 
 The two need different transformers (5.15.1 for faster-qwen3-tts 0.5.4 through qwen-tts-hf; 4.57.3 for the batch
 package through faster-qwen3-tts 0.3.2 and qwen-tts 0.1.1; scripts/prepare_qwen_peer_carry.sh says why), so each
@@ -40,6 +41,7 @@ FRAME_RATE = 12.5  # Qwen3-TTS 12 Hz codec frames per second (1920 samples at 24
 
 # each peer's --site-root subdirectory with its transformers and packages
 PEERS = {"faster-qwen3-tts": "tf5", "faster-qwen3-tts-batch": "tf4"}
+CONCURRENCY = {"faster-qwen3-tts": [1], "faster-qwen3-tts-batch": [64, 256]}  # without --concurrency
 
 
 def percentile(xs: list[float], p: float) -> float:
@@ -196,6 +198,7 @@ def run_batch(args: argparse.Namespace, emit: Callable[[dict], None]) -> None:
 
 def child(args: argparse.Namespace) -> None:
     """One peer in this process: its stack, then the stand-ins and the repo (the stand-in uses engine's mel)."""
+    args.concurrency = args.concurrency or CONCURRENCY[args.peer]
     site = Path(args.site_root)
     for path in reversed([REPO / "benchmarks" / "qwen_peers", site / PEERS[args.peer], site / "common", REPO]):
         sys.path.insert(0, str(path))
@@ -233,10 +236,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--peers", nargs="+", choices=sorted(PEERS), default=sorted(PEERS))
     p.add_argument("--peer", choices=sorted(PEERS), help=argparse.SUPPRESS)  # set for the child process
     p.add_argument("--frames", type=int, default=120, help="codec frames per request (120 = 9.6 s)")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
+    p.add_argument("--concurrency", type=int, nargs="+", help="bursts to run (default: per peer, CONCURRENCY)")
     p.add_argument("--repeats", type=int, default=5, help="requests at c=1 (ttfb_p50 is their median)")
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--chunk-sizes", type=int, nargs="+", default=[8], help="faster-qwen3-tts frames per chunk")
+    p.add_argument("--chunk-sizes", type=int, nargs="+", default=[1, 8], help="faster-qwen3-tts frames per chunk")
     p.add_argument("--language", default="English")
     p.add_argument("--speaker", default="vivian", help="CustomVoice speaker (our engine's default)")
     p.add_argument("--dtype", default="bfloat16")
