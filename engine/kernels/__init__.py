@@ -70,8 +70,13 @@ def silu_mul_torch(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def snake_torch(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """x + sin²(αx)/α with the reference's 1e-9 guard; x [B, C, L], alpha [1, C, 1]."""
+def snake_torch(
+    x: torch.Tensor, alpha: torch.Tensor, affine: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """x + sin²(αx)/α with the reference's 1e-9 guard; x [B, C, L], alpha [1, C, 1]. With `affine` = (scale,
+    shift), each [1, C, 1], the Snake of x * scale + shift (the VAE's sample-rate conditioning before a block)."""
+    if affine is not None:
+        x = x * affine[0] + affine[1]
     return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
 
 
@@ -97,6 +102,13 @@ def causal_conv_snake_torch(
     groups = x.shape[1] // weight.shape[1]
     y = F.conv1d(torch.cat((context, x), dim=-1), weight, bias, dilation=dilation, groups=groups)
     return snake_torch(y, alpha)
+
+
+def pointwise_residual_torch(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor
+) -> torch.Tensor:
+    """residual + conv1d(h, weight, bias) for a pointwise conv (weight [Cout, Cin, 1]): a VAE residual unit's end."""
+    return residual + F.conv1d(h, weight, bias)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,12 +184,28 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return silu_mul_torch(gate_up)
 
 
-def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+def snake(
+    x: torch.Tensor, alpha: torch.Tensor, affine: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """See snake_torch; the fused kernel applies `affine` as it loads x (no separate passes for it)."""
     if _fused(x):
         from engine.kernels import triton_ops
 
-        return triton_ops.snake(x, alpha)
-    return snake_torch(x, alpha)
+        return triton_ops.snake(x, alpha, affine)
+    return snake_torch(x, alpha, affine)
+
+
+def pointwise_residual(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor
+) -> torch.Tensor:
+    """See pointwise_residual_torch. On CUDA PyTorch's cuDNN conv adds its bias in a pass of its own (a strided,
+    broadcast elementwise kernel) before the residual add's pass; the fused path runs the conv without bias and
+    adds bias and residual in one pass, with the same two roundings."""
+    if _fused(h):
+        from engine.kernels import triton_ops
+
+        return triton_ops.pointwise_residual(h, weight, bias, residual)
+    return pointwise_residual_torch(h, weight, bias, residual)
 
 
 def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:

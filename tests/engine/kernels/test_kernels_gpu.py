@@ -79,6 +79,36 @@ def test_snake_reads_strided_rows() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize(("channels", "length"), [(2048, 4), (64, 3840), (5, 17)])
+def test_snake_with_channel_affine(dtype: torch.dtype, channels: int, length: int) -> None:
+    """The VAE's sample-rate conditioning (x * scale + shift) applied by the Snake as it loads strided rows."""
+    x = torch.randn(3, channels, length + 10, device="cuda", dtype=dtype)[..., 4:-6] * 2
+    alpha = torch.rand(1, channels, 1, device="cuda", dtype=dtype) + 0.3
+    scale = torch.rand(1, channels, 1, device="cuda", dtype=dtype) + 0.5
+    shift = torch.randn(1, channels, 1, device="cuda", dtype=dtype)
+    got = triton_ops.snake(x, alpha, (scale, shift))
+    assert got.is_contiguous() and _rel(got, kernels.snake_torch(x, alpha, (scale, shift))) < 2e-3
+    if dtype == torch.float16:  # the affine rounds where torch's mul and add round: then the same Snake
+        assert torch.equal(got, triton_ops.snake(x * scale + shift, alpha))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("batch", "cin", "cout", "length"), [(2, 1024, 1024, 32), (5, 32, 32, 7680), (1, 8, 4, 3)])
+def test_pointwise_residual(dtype: torch.dtype, bias: bool, batch: int, cin: int, cout: int, length: int) -> None:
+    """The residual is a strided view (a transposed conv's output cut in time, as the first residual unit of a
+    VAE block gets). PyTorch's cuDNN conv adds its bias in a pass of its own, rounding as the kernel does: the
+    twin's bits exactly."""
+    h = torch.randn(batch, cin, length, device="cuda", dtype=dtype)
+    weight = torch.randn(cout, cin, 1, device="cuda", dtype=dtype) / cin**0.5
+    b = torch.randn(cout, device="cuda", dtype=dtype) if bias else None
+    residual = torch.randn(batch, cout, length + 9, device="cuda", dtype=dtype)[..., 3:-6]
+    got = triton_ops.pointwise_residual(h, weight, b, residual)
+    assert got.shape == (batch, cout, length) and got.is_contiguous()
+    assert torch.equal(got, kernels.pointwise_residual_torch(h, weight, b, residual))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("dilation", [1, 3, 9])
 @pytest.mark.parametrize(("batch", "channels", "length"), [(2, 1024, 32), (5, 32, 7680), (1, 8, 3)])
 def test_causal_conv_snake(dtype: torch.dtype, dilation: int, batch: int, channels: int, length: int) -> None:
