@@ -111,6 +111,14 @@ def pointwise_residual_torch(
     return residual + F.conv1d(h, weight, bias)
 
 
+def conv_transpose_crop_torch(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int, left: int, right: int
+) -> torch.Tensor:
+    """conv_transpose1d(x, weight, bias, stride) without its first `left` and last `right` output samples."""
+    y = F.conv_transpose1d(x, weight, bias, stride)
+    return y[..., left : y.shape[-1] - right]
+
+
 @dataclass(frozen=True, slots=True)
 class LoRARows:
     """The adapter slot of each row of one row layout, made once (`lora_rows`) for every linear that reads it.
@@ -215,6 +223,18 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
 
         return triton_ops.dense_attention(q, k, v, scale)
     return dense_attention_torch(q, k, v, scale)
+
+
+def conv_transpose_crop(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int, left: int, right: int
+) -> torch.Tensor:
+    """See conv_transpose_crop_torch. PyTorch's cuDNN transposed conv adds its bias in a strided broadcast pass
+    over the whole output; the fused path adds it to the kept samples only, in place, in a pass of its own."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.conv_transpose_crop(x, weight, bias, stride, left, right)
+    return conv_transpose_crop_torch(x, weight, bias, stride, left, right)
 
 
 def lora_rows(index: torch.Tensor, slots: int) -> LoRARows:

@@ -14,6 +14,7 @@ from engine.kernels import (
     MAX_TINY_SEQ,
     LoRARows,
     causal_conv_snake_torch,
+    conv_transpose_crop_torch,
     dense_attention_torch,
     lora_add_torch,
     pointwise_residual_torch,
@@ -243,13 +244,14 @@ def snake(
     return out
 
 
-# -- A pointwise conv's bias and the residual add after it, in one pass --------------------------------------------
+# -- A conv's bias (and the residual add after it) in one pass, in place on its output -----------------------------
 
 
 @triton.jit(do_not_specialize=["length", "channels", "y_sb", "y_sc", "r_sb", "r_sc"])
 def _bias_residual_kernel(
-    y_ptr, bias_ptr, res_ptr, length, channels, y_sb, y_sc, r_sb, r_sc, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr
-):
+    y_ptr, bias_ptr, res_ptr, length, channels, y_sb, y_sc, r_sb, r_sc,
+    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0)
     b, c = (row // channels).to(tl.int64), row % channels
     t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -258,8 +260,22 @@ def _bias_residual_kernel(
     y = tl.load(y_at, mask=mask, other=0.0)
     if HAS_BIAS:  # torch's conv bias add_, rounded
         y = (y.to(tl.float32) + tl.load(bias_ptr + c).to(tl.float32)).to(y_ptr.dtype.element_ty)
-    r = tl.load(res_ptr + b * r_sb + c * r_sc + t, mask=mask, other=0.0)
-    tl.store(y_at, (r.to(tl.float32) + y.to(tl.float32)).to(y_ptr.dtype.element_ty), mask=mask)
+    if HAS_RESIDUAL:
+        r = tl.load(res_ptr + b * r_sb + c * r_sc + t, mask=mask, other=0.0)
+        y = (r.to(tl.float32) + y.to(tl.float32)).to(y_ptr.dtype.element_ty)
+    tl.store(y_at, y, mask=mask)
+
+
+def _bias_residual_(y: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None) -> None:
+    """y [B, C, L] (time stride 1) += bias[:, None] (rounded), then residual + y, in place."""
+    batch, channels, length = y.shape
+    if y.numel():
+        block = _time_block(length)
+        r = residual if residual is not None else y  # unread without a residual
+        _bias_residual_kernel[(batch * channels, triton.cdiv(length, block))](
+            y, bias if bias is not None else y, r, length, channels, y.stride(0), y.stride(1), r.stride(0), r.stride(1),
+            HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=4,
+        )  # fmt: skip
 
 
 def pointwise_residual(
@@ -279,13 +295,21 @@ def pointwise_residual(
     y = F.conv1d(h, weight)
     if y.stride(-1) != 1:
         y = y.contiguous()
-    if y.numel():
-        block = _time_block(length)
-        _bias_residual_kernel[(batch * channels, triton.cdiv(length, block))](
-            y, bias if bias is not None else y, residual, length, channels,
-            y.stride(0), y.stride(1), residual.stride(0), residual.stride(1),
-            HAS_BIAS=bias is not None, BLOCK=block, num_warps=4,
-        )  # fmt: skip
+    _bias_residual_(y, bias, residual)
+    return y
+
+
+def conv_transpose_crop(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int, left: int, right: int
+) -> torch.Tensor:
+    if not (x.dim() == 3 and (bias is None or bias.dtype == x.dtype)):
+        return conv_transpose_crop_torch(x, weight, bias, stride, left, right)
+    y = F.conv_transpose1d(x, weight, None, stride)
+    if y.stride(-1) != 1:
+        y = y.contiguous()
+    y = y[..., left : y.shape[-1] - right]
+    if bias is not None:
+        _bias_residual_(y, bias, None)
     return y
 
 

@@ -252,8 +252,7 @@ class CausalConvTranspose1d(WeightNormConv):
         if stream is not None:
             x = self._context(x, stream)
             left = self.ctx * self.stride
-        y = F.conv_transpose1d(x, self.conv_weight(), self.bias, self.stride)
-        return y[..., left : y.shape[-1] - self.trim]
+        return kernels.conv_transpose_crop(x, self.conv_weight(), self.bias, self.stride, left, self.trim)
 
 
 class Snake1d(nn.Module):

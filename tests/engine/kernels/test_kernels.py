@@ -25,6 +25,8 @@ def test_cpu_dispatch_is_the_twin() -> None:
     bias = torch.randn(3, generator=gen)
     summed = kernels.pointwise_residual(h, pointwise, bias, x)
     assert torch.equal(summed, x + torch.nn.functional.conv1d(h, pointwise, bias))
+    up = kernels.conv_transpose_crop(h, torch.randn(5, 3, 4, generator=gen), bias, 2, 2, 1)
+    assert up.shape == (2, 3, 2 * 17 - 3)
     q, k = torch.randn(2, 5, 4, 16, generator=gen), torch.randn(2, 5, 2, 16, generator=gen)
     assert torch.equal(kernels.dense_attention(q, k, k, 0.25), kernels.dense_attention_torch(q, k, k, 0.25))
     context, weight = torch.randn(2, 3, 12, generator=gen), torch.randn(3, 1, 7, generator=gen)

@@ -109,6 +109,19 @@ def test_pointwise_residual(dtype: torch.dtype, bias: bool, batch: int, cin: int
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("cin", "cout", "stride", "length"), [(2048, 1024, 8, 5), (64, 32, 2, 3841), (6, 3, 7, 2)])
+def test_conv_transpose_crop(dtype: torch.dtype, bias: bool, cin: int, cout: int, stride: int, length: int) -> None:
+    """The VAE's upsampling conv cropped as when streaming (one context frame's samples on the left, the trim on
+    the right). cuDNN's transposed conv adds its bias in a pass of its own too: the twin's bits exactly."""
+    x = torch.randn(3, cin, length, device="cuda", dtype=dtype)
+    weight = torch.randn(cin, cout, 2 * stride, device="cuda", dtype=dtype) / cin**0.5
+    b = torch.randn(cout, device="cuda", dtype=dtype) if bias else None
+    got = triton_ops.conv_transpose_crop(x, weight, b, stride, stride, stride)
+    assert torch.equal(got, kernels.conv_transpose_crop_torch(x, weight, b, stride, stride, stride))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("dilation", [1, 3, 9])
 @pytest.mark.parametrize(("batch", "channels", "length"), [(2, 1024, 32), (5, 32, 7680), (1, 8, 3)])
 def test_causal_conv_snake(dtype: torch.dtype, dilation: int, batch: int, channels: int, length: int) -> None:
