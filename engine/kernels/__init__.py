@@ -119,6 +119,20 @@ def conv_transpose_crop_torch(
     return y[..., left : y.shape[-1] - right]
 
 
+def guided_euler_torch_(
+    x: torch.Tensor, v_c: torch.Tensor, v_u: torch.Tensor, cfg: torch.Tensor, dt: torch.Tensor, frozen: torch.Tensor
+) -> None:
+    """x -= dt * v in place, v the CFG-Zero* guided velocity of the conditional and unconditional ones:
+    v_u * s + cfg * (v_c - v_u * s), s = <v_c, v_u> / (|v_u|^2 + 1e-8) per row; v = 0 on `frozen` rows.
+    x, v_c, v_u [B, P, D] model dtype; cfg [B] float32; dt [B] model dtype; frozen bool [B]."""
+    batch, dtype = x.shape[0], x.dtype
+    dot = (v_c * v_u).flatten(1).sum(dim=1)
+    scale = (dot / ((v_u**2).flatten(1).sum(dim=1) + 1e-8)).view(batch, 1, 1)
+    v = v_u * scale + (cfg[:, None, None] * (v_c - v_u * scale)).to(dtype)
+    v = torch.where(frozen.view(batch, 1, 1), torch.zeros_like(v), v)
+    x.sub_(dt.view(batch, 1, 1) * v)
+
+
 @dataclass(frozen=True, slots=True)
 class LoRARows:
     """The adapter slot of each row of one row layout, made once (`lora_rows`) for every linear that reads it.
@@ -235,6 +249,18 @@ def conv_transpose_crop(
 
         return triton_ops.conv_transpose_crop(x, weight, bias, stride, left, right)
     return conv_transpose_crop_torch(x, weight, bias, stride, left, right)
+
+
+def guided_euler_(
+    x: torch.Tensor, v_c: torch.Tensor, v_u: torch.Tensor, cfg: torch.Tensor, dt: torch.Tensor, frozen: torch.Tensor
+) -> None:
+    """See guided_euler_torch_: one launch per Euler iteration instead of ~15 small ones."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        triton_ops.guided_euler_(x, v_c, v_u, cfg, dt, frozen)
+        return
+    guided_euler_torch_(x, v_c, v_u, cfg, dt, frozen)
 
 
 def lora_rows(index: torch.Tensor, slots: int) -> LoRARows:

@@ -16,6 +16,7 @@ from engine.kernels import (
     causal_conv_snake_torch,
     conv_transpose_crop_torch,
     dense_attention_torch,
+    guided_euler_torch_,
     lora_add_torch,
     pointwise_residual_torch,
     rms_norm_torch,
@@ -367,6 +368,55 @@ def causal_conv_snake(
             K=kernel, DIL=dilation, HAS_BIAS=bias is not None, BLOCK=block, num_warps=4,
         )  # fmt: skip
     return out
+
+
+# -- The CFM solver's guidance and Euler update ---------------------------------------------------------------------
+
+
+@triton.jit
+def _round(v, dtype: tl.constexpr):
+    """fp32 v rounded to dtype and back: where the twin's op stores its result."""
+    return v.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _guided_euler_kernel(x_ptr, vc_ptr, vu_ptr, cfg_ptr, dt_ptr, frozen_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    dtype: tl.constexpr = x_ptr.dtype.element_ty
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    vc = tl.load(vc_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+    vu = tl.load(vu_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+    dot = _round(tl.sum(_round(vc * vu, dtype), axis=0), dtype)
+    norm = _round(tl.sum(_round(vu * vu, dtype), axis=0), dtype)
+    scale = _round(dot / _round(norm + 1e-8, dtype), dtype)
+    vu_scaled = _round(vu * scale, dtype)
+    guided = _round(tl.load(cfg_ptr + row) * _round(vc - vu_scaled, dtype), dtype)
+    v = _round(vu_scaled + guided, dtype)
+    v = tl.where(tl.load(frozen_ptr + row) != 0, 0.0, v)
+    x = tl.load(x_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+    step = _round(tl.load(dt_ptr + row).to(tl.float32) * v, dtype)
+    tl.store(x_ptr + row * n + cols, (x - step).to(dtype), mask=mask)
+
+
+def guided_euler_(
+    x: torch.Tensor, v_c: torch.Tensor, v_u: torch.Tensor, cfg: torch.Tensor, dt: torch.Tensor, frozen: torch.Tensor
+) -> None:
+    batch = x.shape[0]
+    ok = (
+        all(t.is_contiguous() and t.shape == x.shape and t.dtype == x.dtype for t in (v_c, v_u))
+        and x.is_contiguous()
+        and cfg.dtype == torch.float32
+        and dt.dtype == x.dtype
+        and frozen.dtype == torch.bool
+        and all(t.shape == (batch,) and t.is_contiguous() for t in (cfg, dt, frozen))
+    )
+    if not ok:
+        guided_euler_torch_(x, v_c, v_u, cfg, dt, frozen)
+        return
+    n = x[0].numel() if batch else 0
+    if batch and n:
+        _guided_euler_kernel[(batch,)](x, v_c, v_u, cfg, dt, frozen, n, BLOCK=triton.next_power_of_2(n))
 
 
 # -- Dense attention over tiny rows (LocDiT / LocEnc) ------------------------------------------------------------

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from engine import kernels
 from engine.lora.linear import AdapterRows
 from engine.models.voxcpm.locdit import LocDiT
 
@@ -144,11 +145,7 @@ class CFM(nn.Module):
             self.adapter_rows.dit = torch.cat((state.adapter, state.adapter))
         mu2, cond_tokens = self.estimator.context(state.mu, state.cond)
         v_c, v_u = self.estimator(torch.cat((x, x)), time.repeat(2, 1), mu2, cond_tokens).split(batch)
-        dot = (v_c * v_u).flatten(1).sum(dim=1)
-        scale = (dot / ((v_u**2).flatten(1).sum(dim=1) + 1e-8)).view(batch, 1, 1)
-        v = v_u * scale + (state.cfg[:, None, None] * (v_c - v_u * scale)).to(dtype)
-        v = torch.where((k <= zero_tab[state.steps]).view(batch, 1, 1), torch.zeros_like(v), v)
-        x.sub_(dt.view(batch, 1, 1) * v)
+        kernels.guided_euler_(x, v_c, v_u, state.cfg, dt, k <= zero_tab[state.steps])
 
     def solve(self, state: FlowState, max_timesteps: int) -> torch.Tensor:
         """Every Euler iteration of every row (max_timesteps >= each row's n) -> the latent patch [B, P, D]."""

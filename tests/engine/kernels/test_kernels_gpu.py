@@ -121,6 +121,29 @@ def test_conv_transpose_crop(dtype: torch.dtype, bias: bool, cin: int, cout: int
     assert torch.equal(got, kernels.conv_transpose_crop_torch(x, weight, b, stride, stride, stride))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize(("batch", "patch", "feat"), [(1, 4, 64), (512, 4, 64), (37, 2, 64), (3, 3, 5)])
+def test_guided_euler(dtype: torch.dtype, batch: int, patch: int, feat: int) -> None:
+    """The CFG-Zero* guidance and Euler update of a solver iteration; the velocities are the two halves of one
+    estimator output, as in CFM.step. The kernel rounds where the twin's ops round; only the order of the two
+    per-row sums may differ (a last-bit difference of the guidance scale now and then)."""
+    x0 = torch.randn(batch, patch, feat, device="cuda", dtype=dtype)
+    v_c, v_u = torch.randn(2 * batch, patch, feat, device="cuda", dtype=dtype).split(batch)
+    v_c = v_c + 0.5 * v_u  # correlated, as guided velocities are
+    cfg = torch.rand(batch, device="cuda") * 3
+    dt = (torch.rand(batch, device="cuda") * 0.2).to(dtype)
+    dt[0] = 0  # a row whose steps are done
+    frozen = torch.rand(batch, device="cuda") < 0.3  # rows in their zero-velocity steps
+    got, twin = x0.clone(), x0.clone()
+    triton_ops.guided_euler_(got, v_c, v_u, cfg, dt, frozen)
+    kernels.guided_euler_torch_(twin, v_c, v_u, cfg, dt, frozen)
+    still = frozen | (dt == 0)
+    assert torch.equal(got[still], x0[still]) and torch.equal(twin[still], x0[still])
+    tol = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}[dtype]
+    if (~still).any():
+        assert _rel(got - x0, twin - x0) < tol
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("dilation", [1, 3, 9])
 @pytest.mark.parametrize(("batch", "channels", "length"), [(2, 1024, 32), (5, 32, 7680), (1, 8, 3)])
