@@ -70,7 +70,15 @@ def kernel_breakdown(fn: Callable[[], object], top: int) -> dict[str, object]:
     kinds = {
         "attention": ("flash", "fmha", "_dense_attention_kernel"),  # before gemm: flash-attn names say "cutlass"
         "gemm": ("gemm", "cutlass", "xmma", "nvjet", "cublas"),
-        "fused_triton": ("_rms_norm_kernel", "_rope_kernel", "_silu_mul_kernel", "_snake_kernel", "_dwconv_snake"),
+        "fused_triton": (
+            "_rms_norm_kernel",
+            "_rope_kernel",
+            "_silu_mul_kernel",
+            "_snake_kernel",
+            "_dwconv_snake",
+            "_bias_residual_kernel",
+            "_guided_euler_kernel",
+        ),
         "conv": ("conv", "cudnn", "implicit", "winograd", "fft"),
     }
     fn()

@@ -57,10 +57,18 @@ class FlowState:
     steps: torch.Tensor  # int64 [B]: the row's Euler step count n
     cfg: torch.Tensor  # float32 [B]: the row's classifier-free guidance value
     adapter: torch.Tensor  # int32 [B]: the row's LoRA slot (0: none)
+    delta: torch.Tensor  # [B, hidden] model dtype: the dt token of every iteration (outside mean mode: dt = 0)
 
     @classmethod
     def empty(
-        cls, rows: int, mu_dim: int, patch_size: int, feat_dim: int, dtype: torch.dtype, device: torch.device
+        cls,
+        rows: int,
+        mu_dim: int,
+        hidden: int,
+        patch_size: int,
+        feat_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
     ) -> FlowState:
         """Zeroed buffers of `rows` rows with one Euler step each (inert: every iteration has dt = 0)."""
         latent = (rows, patch_size, feat_dim)
@@ -71,6 +79,7 @@ class FlowState:
             steps=torch.ones(rows, dtype=torch.int64, device=device),
             cfg=torch.zeros(rows, device=device),
             adapter=torch.zeros(rows, dtype=torch.int32, device=device),
+            delta=torch.zeros(rows, hidden, dtype=dtype, device=device),
         )
 
     def rows(self, m: int) -> FlowState:
@@ -126,7 +135,10 @@ class CFM(nn.Module):
         if adapter is None:
             adapter = torch.zeros(x.shape[0], dtype=torch.int32, device=x.device)
         steps = timesteps.clamp(1, MAX_TIMESTEPS)
-        return FlowState(x=x, mu=mu, cond=cond, steps=steps, cfg=cfg_value.float(), adapter=adapter.int())
+        # Outside mean mode the dt token is that of dt = 0 for every row and iteration: computed once per patch
+        # here rather than in each iteration (in mean mode `step` computes it from dt and this is unread).
+        delta = self.estimator.delta_token(torch.zeros(1, dtype=mu.dtype, device=mu.device)).expand(x.shape[0], -1)
+        return FlowState(x=x, mu=mu, cond=cond, steps=steps, cfg=cfg_value.float(), adapter=adapter.int(), delta=delta)
 
     def step(self, state: FlowState, k: torch.Tensor) -> None:
         """Euler iteration k (int64 0-dim tensor on the device, 2 <= k <= MAX_TIMESTEPS) of every row of
@@ -138,9 +150,7 @@ class CFM(nn.Module):
         # A 0-dim index would be read back to the host (a sync, not capturable): index with a [B] tensor instead.
         column = (k - 1).expand(batch)
         t, dt = t_tab[state.steps, column], dt_tab[state.steps, column]
-        # dt is an input only in mean mode; otherwise its token is that of dt = 0, for every row.
-        delta = self.estimator.delta_token(dt if self.mean_mode else torch.zeros(1, dtype=dtype, device=x.device))
-        time = self.estimator.time_token(t) + delta
+        time = self.estimator.time_token(t) + (self.estimator.delta_token(dt) if self.mean_mode else state.delta)
         if self.adapter_rows is not None:  # the CFG batch: both halves of a row use its adapter
             self.adapter_rows.dit = torch.cat((state.adapter, state.adapter))
         mu2, cond_tokens = self.estimator.context(state.mu, state.cond)
