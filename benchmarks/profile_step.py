@@ -70,7 +70,15 @@ def kernel_breakdown(fn: Callable[[], object], top: int) -> dict[str, object]:
     kinds = {
         "attention": ("flash", "fmha", "_dense_attention_kernel"),  # before gemm: flash-attn names say "cutlass"
         "gemm": ("gemm", "cutlass", "xmma", "nvjet", "cublas"),
-        "fused_triton": ("_rms_norm_kernel", "_rope_kernel", "_silu_mul_kernel", "_snake_kernel", "_dwconv_snake"),
+        "fused_triton": (
+            "_rms_norm_kernel",
+            "_rope_kernel",
+            "_silu_mul_kernel",
+            "_snake_kernel",
+            "_dwconv_snake",
+            "_bias_residual_kernel",
+            "_guided_euler_kernel",
+        ),
         "conv": ("conv", "cudnn", "implicit", "winograd", "fft"),
     }
     fn()
@@ -98,7 +106,10 @@ def kernel_breakdown(fn: Callable[[], object], top: int) -> dict[str, object]:
 
 def profile(core: EngineCore, batch: int, steps: int, top: int) -> dict[str, object]:
     runner = core.runner
-    params = GenerationParams(seed=1, max_patches=steps + 4, min_patches=steps + 4)
+    # Every request must outlive its admission (a burst of B prompts takes several steps at max_prefill_tokens a
+    # step, and the first admitted decode meanwhile) and the measured steps: no request may finish while profiled.
+    patches = core.config.max_model_len // 2
+    params = GenerationParams(seed=1, max_patches=patches, min_patches=patches)
     tag = iter(range(10**6))
 
     def admit() -> float:
@@ -127,6 +138,8 @@ def profile(core: EngineCore, batch: int, steps: int, top: int) -> dict[str, obj
         core.step()
         step_times.append(1e3 * (time.perf_counter() - t0))
     seqs = list(core.scheduler.running)
+    if len(seqs) != batch:
+        raise RuntimeError(f"{len(seqs)} requests decode, not {batch}: the profile would mix batch sizes")
     slots = torch.tensor([seq.slot for seq in seqs], device=runner.device)
     timesteps = params.inference_timesteps
     model, cfm = runner.model, runner.model.feat_decoder

@@ -70,8 +70,13 @@ def silu_mul_torch(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def snake_torch(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """x + sin²(αx)/α with the reference's 1e-9 guard; x [B, C, L], alpha [1, C, 1]."""
+def snake_torch(
+    x: torch.Tensor, alpha: torch.Tensor, affine: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """x + sin²(αx)/α with the reference's 1e-9 guard; x [B, C, L], alpha [1, C, 1]. With `affine` = (scale,
+    shift), each [1, C, 1], the Snake of x * scale + shift (the VAE's sample-rate conditioning before a block)."""
+    if affine is not None:
+        x = x * affine[0] + affine[1]
     return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
 
 
@@ -97,6 +102,35 @@ def causal_conv_snake_torch(
     groups = x.shape[1] // weight.shape[1]
     y = F.conv1d(torch.cat((context, x), dim=-1), weight, bias, dilation=dilation, groups=groups)
     return snake_torch(y, alpha)
+
+
+def pointwise_residual_torch(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor
+) -> torch.Tensor:
+    """residual + conv1d(h, weight, bias) for a pointwise conv (weight [Cout, Cin, 1]): a VAE residual unit's end."""
+    return residual + F.conv1d(h, weight, bias)
+
+
+def conv_transpose_crop_torch(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int, left: int, right: int
+) -> torch.Tensor:
+    """conv_transpose1d(x, weight, bias, stride) without its first `left` and last `right` output samples."""
+    y = F.conv_transpose1d(x, weight, bias, stride)
+    return y[..., left : y.shape[-1] - right]
+
+
+def guided_euler_torch_(
+    x: torch.Tensor, v_c: torch.Tensor, v_u: torch.Tensor, cfg: torch.Tensor, dt: torch.Tensor, frozen: torch.Tensor
+) -> None:
+    """x -= dt * v in place, v the CFG-Zero* guided velocity of the conditional and unconditional ones:
+    v_u * s + cfg * (v_c - v_u * s), s = <v_c, v_u> / (|v_u|^2 + 1e-8) per row; v = 0 on `frozen` rows.
+    x, v_c, v_u [B, P, D] model dtype; cfg [B] float32; dt [B] model dtype; frozen bool [B]."""
+    batch, dtype = x.shape[0], x.dtype
+    dot = (v_c * v_u).flatten(1).sum(dim=1)
+    scale = (dot / ((v_u**2).flatten(1).sum(dim=1) + 1e-8)).view(batch, 1, 1)
+    v = v_u * scale + (cfg[:, None, None] * (v_c - v_u * scale)).to(dtype)
+    v = torch.where(frozen.view(batch, 1, 1), torch.zeros_like(v), v)
+    x.sub_(dt.view(batch, 1, 1) * v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,12 +206,28 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return silu_mul_torch(gate_up)
 
 
-def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+def snake(
+    x: torch.Tensor, alpha: torch.Tensor, affine: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """See snake_torch; the fused kernel applies `affine` as it loads x (no separate passes for it)."""
     if _fused(x):
         from engine.kernels import triton_ops
 
-        return triton_ops.snake(x, alpha)
-    return snake_torch(x, alpha)
+        return triton_ops.snake(x, alpha, affine)
+    return snake_torch(x, alpha, affine)
+
+
+def pointwise_residual(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor
+) -> torch.Tensor:
+    """See pointwise_residual_torch. On CUDA PyTorch's cuDNN conv adds its bias in a pass of its own (a strided,
+    broadcast elementwise kernel) before the residual add's pass; the fused path runs the conv without bias and
+    adds bias and residual in one pass, with the same two roundings."""
+    if _fused(h):
+        from engine.kernels import triton_ops
+
+        return triton_ops.pointwise_residual(h, weight, bias, residual)
+    return pointwise_residual_torch(h, weight, bias, residual)
 
 
 def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
@@ -187,6 +237,30 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
 
         return triton_ops.dense_attention(q, k, v, scale)
     return dense_attention_torch(q, k, v, scale)
+
+
+def conv_transpose_crop(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int, left: int, right: int
+) -> torch.Tensor:
+    """See conv_transpose_crop_torch. PyTorch's cuDNN transposed conv adds its bias in a strided broadcast pass
+    over the whole output; the fused path adds it to the kept samples only, in place, in a pass of its own."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.conv_transpose_crop(x, weight, bias, stride, left, right)
+    return conv_transpose_crop_torch(x, weight, bias, stride, left, right)
+
+
+def guided_euler_(
+    x: torch.Tensor, v_c: torch.Tensor, v_u: torch.Tensor, cfg: torch.Tensor, dt: torch.Tensor, frozen: torch.Tensor
+) -> None:
+    """See guided_euler_torch_: one launch per Euler iteration instead of ~15 small ones."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        triton_ops.guided_euler_(x, v_c, v_u, cfg, dt, frozen)
+        return
+    guided_euler_torch_(x, v_c, v_u, cfg, dt, frozen)
 
 
 def lora_rows(index: torch.Tensor, slots: int) -> LoRARows:

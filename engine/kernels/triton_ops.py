@@ -5,6 +5,7 @@ do not cover (mixed dtypes, odd layouts) fall back to the twin, so callers never
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
@@ -13,8 +14,11 @@ from engine.kernels import (
     MAX_TINY_SEQ,
     LoRARows,
     causal_conv_snake_torch,
+    conv_transpose_crop_torch,
     dense_attention_torch,
+    guided_euler_torch_,
     lora_add_torch,
+    pointwise_residual_torch,
     rms_norm_torch,
     rope_torch,
     silu_mul_torch,
@@ -197,31 +201,117 @@ def _snake(y, alpha):
 # strided (a conv-transpose output sliced in time). Shapes and strides change with the batch and the streaming
 # window, so none is specialised on (see _rope_kernel).
 @triton.jit(do_not_specialize=["length", "channels", "x_sb", "x_sc"])
-def _snake_kernel(x_ptr, alpha_ptr, out_ptr, length, channels, x_sb, x_sc, BLOCK: tl.constexpr):
+def _snake_kernel(
+    x_ptr, alpha_ptr, scale_ptr, shift_ptr, out_ptr, length, channels, x_sb, x_sc,
+    AFFINE: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0)
     b, c = (row // channels).to(tl.int64), row % channels
     t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = t < length
-    x = tl.load(x_ptr + b * x_sb + c * x_sc + t, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + b * x_sb + c * x_sc + t, mask=mask, other=0.0)
+    if AFFINE:  # x * scale + shift, rounded after the product and after the sum, as the twin's two ops round
+        x = (x.to(tl.float32) * tl.load(scale_ptr + c).to(tl.float32)).to(out_ptr.dtype.element_ty)
+        x = (x.to(tl.float32) + tl.load(shift_ptr + c).to(tl.float32)).to(out_ptr.dtype.element_ty)
     alpha = tl.load(alpha_ptr + c).to(tl.float32)
-    tl.store(out_ptr + row.to(tl.int64) * length + t, _snake(x, alpha).to(out_ptr.dtype.element_ty), mask=mask)
+    y = _snake(x.to(tl.float32), alpha)
+    tl.store(out_ptr + row.to(tl.int64) * length + t, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def _time_block(length: int) -> int:
     return max(128, min(1024, triton.next_power_of_2(length)))
 
 
-def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    if not (x.dim() == 3 and x.stride(-1) == 1 and alpha.numel() == x.shape[1] and alpha.dtype == x.dtype):
-        return snake_torch(x, alpha)
+def _per_channel(t: torch.Tensor, x: torch.Tensor) -> bool:
+    return t.numel() == x.shape[1] and t.dtype == x.dtype
+
+
+def snake(
+    x: torch.Tensor, alpha: torch.Tensor, affine: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    params = (alpha, *(affine or ()))
+    if not (x.dim() == 3 and x.stride(-1) == 1 and all(_per_channel(p, x) for p in params)):
+        return snake_torch(x, alpha, affine)
     batch, channels, length = x.shape
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    alpha = alpha.contiguous()
+    scale, shift = (p.contiguous() for p in affine) if affine is not None else (alpha, alpha)  # unread if None
     if out.numel():
         block = _time_block(length)
         _snake_kernel[(batch * channels, triton.cdiv(length, block))](
-            x, alpha.contiguous(), out, length, channels, x.stride(0), x.stride(1), BLOCK=block, num_warps=4
-        )
+            x, alpha, scale, shift, out, length, channels, x.stride(0), x.stride(1),
+            AFFINE=affine is not None, BLOCK=block, num_warps=4,
+        )  # fmt: skip
     return out
+
+
+# -- A conv's bias (and the residual add after it) in one pass, in place on its output -----------------------------
+
+
+@triton.jit(do_not_specialize=["length", "channels", "y_sb", "y_sc", "r_sb", "r_sc"])
+def _bias_residual_kernel(
+    y_ptr, bias_ptr, res_ptr, length, channels, y_sb, y_sc, r_sb, r_sc,
+    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    b, c = (row // channels).to(tl.int64), row % channels
+    t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = t < length
+    y_at = y_ptr + b * y_sb + c * y_sc + t
+    y = tl.load(y_at, mask=mask, other=0.0)
+    if HAS_BIAS:  # torch's conv bias add_, rounded
+        y = (y.to(tl.float32) + tl.load(bias_ptr + c).to(tl.float32)).to(y_ptr.dtype.element_ty)
+    if HAS_RESIDUAL:
+        r = tl.load(res_ptr + b * r_sb + c * r_sc + t, mask=mask, other=0.0)
+        y = (r.to(tl.float32) + y.to(tl.float32)).to(y_ptr.dtype.element_ty)
+    tl.store(y_at, y, mask=mask)
+
+
+def _bias_residual_(y: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None) -> None:
+    """y [B, C, L] (time stride 1) += bias[:, None] (rounded), then residual + y, in place."""
+    batch, channels, length = y.shape
+    if y.numel():
+        block = _time_block(length)
+        r = residual if residual is not None else y  # unread without a residual
+        _bias_residual_kernel[(batch * channels, triton.cdiv(length, block))](
+            y, bias if bias is not None else y, r, length, channels, y.stride(0), y.stride(1), r.stride(0), r.stride(1),
+            HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=4,
+        )  # fmt: skip
+
+
+def pointwise_residual(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor
+) -> torch.Tensor:
+    batch, _, length = h.shape
+    channels = weight.shape[0]
+    ok = (
+        h.dim() == 3
+        and weight.shape[-1] == 1
+        and residual.shape == (batch, channels, length)
+        and residual.stride(-1) == 1
+        and all(t.dtype == h.dtype for t in (weight, residual, *([bias] if bias is not None else [])))
+    )
+    if not ok:
+        return pointwise_residual_torch(h, weight, bias, residual)
+    y = F.conv1d(h, weight)
+    if y.stride(-1) != 1:
+        y = y.contiguous()
+    _bias_residual_(y, bias, residual)
+    return y
+
+
+def conv_transpose_crop(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int, left: int, right: int
+) -> torch.Tensor:
+    if not (x.dim() == 3 and (bias is None or bias.dtype == x.dtype)):
+        return conv_transpose_crop_torch(x, weight, bias, stride, left, right)
+    y = F.conv_transpose1d(x, weight, None, stride)
+    if y.stride(-1) != 1:
+        y = y.contiguous()
+    y = y[..., left : y.shape[-1] - right]
+    if bias is not None:
+        _bias_residual_(y, bias, None)
+    return y
 
 
 @triton.jit(do_not_specialize=["length", "channels", "x_sb", "x_sc", "c_sb", "c_sc"])
@@ -278,6 +368,55 @@ def causal_conv_snake(
             K=kernel, DIL=dilation, HAS_BIAS=bias is not None, BLOCK=block, num_warps=4,
         )  # fmt: skip
     return out
+
+
+# -- The CFM solver's guidance and Euler update ---------------------------------------------------------------------
+
+
+@triton.jit
+def _round(v, dtype: tl.constexpr):
+    """fp32 v rounded to dtype and back: where the twin's op stores its result."""
+    return v.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _guided_euler_kernel(x_ptr, vc_ptr, vu_ptr, cfg_ptr, dt_ptr, frozen_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    dtype: tl.constexpr = x_ptr.dtype.element_ty
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    vc = tl.load(vc_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+    vu = tl.load(vu_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+    dot = _round(tl.sum(_round(vc * vu, dtype), axis=0), dtype)
+    norm = _round(tl.sum(_round(vu * vu, dtype), axis=0), dtype)
+    scale = _round(dot / _round(norm + 1e-8, dtype), dtype)
+    vu_scaled = _round(vu * scale, dtype)
+    guided = _round(tl.load(cfg_ptr + row) * _round(vc - vu_scaled, dtype), dtype)
+    v = _round(vu_scaled + guided, dtype)
+    v = tl.where(tl.load(frozen_ptr + row) != 0, 0.0, v)
+    x = tl.load(x_ptr + row * n + cols, mask=mask, other=0.0).to(tl.float32)
+    step = _round(tl.load(dt_ptr + row).to(tl.float32) * v, dtype)
+    tl.store(x_ptr + row * n + cols, (x - step).to(dtype), mask=mask)
+
+
+def guided_euler_(
+    x: torch.Tensor, v_c: torch.Tensor, v_u: torch.Tensor, cfg: torch.Tensor, dt: torch.Tensor, frozen: torch.Tensor
+) -> None:
+    batch = x.shape[0]
+    ok = (
+        all(t.is_contiguous() and t.shape == x.shape and t.dtype == x.dtype for t in (v_c, v_u))
+        and x.is_contiguous()
+        and cfg.dtype == torch.float32
+        and dt.dtype == x.dtype
+        and frozen.dtype == torch.bool
+        and all(t.shape == (batch,) and t.is_contiguous() for t in (cfg, dt, frozen))
+    )
+    if not ok:
+        guided_euler_torch_(x, v_c, v_u, cfg, dt, frozen)
+        return
+    n = x[0].numel() if batch else 0
+    if batch and n:
+        _guided_euler_kernel[(batch,)](x, v_c, v_u, cfg, dt, frozen, n, BLOCK=triton.next_power_of_2(n))
 
 
 # -- Dense attention over tiny rows (LocDiT / LocEnc) ------------------------------------------------------------

@@ -252,8 +252,7 @@ class CausalConvTranspose1d(WeightNormConv):
         if stream is not None:
             x = self._context(x, stream)
             left = self.ctx * self.stride
-        y = F.conv_transpose1d(x, self.conv_weight(), self.bias, self.stride)
-        return y[..., left : y.shape[-1] - self.trim]
+        return kernels.conv_transpose_crop(x, self.conv_weight(), self.bias, self.stride, left, self.trim)
 
 
 class Snake1d(nn.Module):
@@ -302,7 +301,8 @@ class ResidualUnit(_Block):
     """Snake, k7 dilated (depthwise) conv, Snake, pointwise conv; plus the input.
 
     The dilated conv and the Snake after it run as one kernel (``kernels.causal_conv_snake``) that reads the causal
-    context where it lies instead of concatenating it: the same arithmetic as the chain, in fewer passes.
+    context where it lies instead of concatenating it; the pointwise conv's bias and the residual add run as one
+    pass (``kernels.pointwise_residual``): the same arithmetic as the chain, in fewer passes.
     """
 
     def __init__(self, dim: int, dilation: int, groups: int) -> None:
@@ -320,7 +320,22 @@ class ResidualUnit(_Block):
         h = snake_in(x)
         context = conv.left_context(h, stream)
         h = kernels.causal_conv_snake(h, context, conv.conv_weight(), conv.bias, conv.dilation, snake_out.alpha)
-        return x + pointwise(h, stream)
+        return kernels.pointwise_residual(h, pointwise.conv_weight(), pointwise.bias, x)  # k=1: no causal context
+
+
+class DecoderBlock(_Block):
+    """Snake, upsampling transposed conv, (noise,) residual units. ``affine`` (scale, shift) is a per-channel
+    affine map of the input (the sample-rate conditioning before the block) that the first Snake applies as it
+    loads x, instead of two extra passes over the block's input."""
+
+    def forward(
+        self, x: Tensor, stream: StreamState | None = None, affine: tuple[Tensor, Tensor] | None = None
+    ) -> Tensor:
+        snake, *rest = self.block
+        x = kernels.snake(x, snake.alpha, affine)
+        for layer in rest:
+            x = layer(x, stream)
+        return x
 
 
 def _residual_units(dim: int, groups: int) -> list[nn.Module]:
@@ -349,6 +364,13 @@ class SampleRateCondition(nn.Module):
         out_in = dim + cond_dim if cond_type == "concat" else dim
         self.out_layer = _Chain([Snake1d(out_in), CausalConv1d(out_in, dim, 1)]) if out_layer else None
 
+    def channel_affine(self, bucket: Tensor) -> tuple[Tensor, Tensor] | None:
+        """(scale, shift), each [1, C, 1], when this condition is exactly x * scale + shift (scale_bias types without
+        an out layer), so that the block after it can fold it into its first Snake; else None."""
+        if self.out_layer is not None or self.cond_type not in ("scale_bias", "scale_bias_init"):
+            return None
+        return self.scale_embed(bucket)[..., None], self.bias_embed(bucket)[..., None]
+
     def forward(self, x: Tensor, bucket: Tensor, stream: StreamState | None = None) -> Tensor:
         """``bucket``: long [1] (one output rate for the whole batch). Embedding lookups, not ``weight[bucket]``:
         advanced indexing with a device tensor syncs with the host, which breaks CUDA-graph capture."""
@@ -357,7 +379,8 @@ class SampleRateCondition(nn.Module):
         elif self.cond_type == "add":
             x = x + self.cond_embed(bucket)[..., None]
         else:
-            x = x * self.scale_embed(bucket)[..., None] + self.bias_embed(bucket)[..., None]
+            scale, shift = self.scale_embed(bucket)[..., None], self.bias_embed(bucket)[..., None]
+            x = x * scale + shift
         return x if self.out_layer is None else self.out_layer(x, stream)
 
 
@@ -404,7 +427,9 @@ class CausalDecoder(nn.Module):
             noise = [NoiseBlock(cout)] if cfg.use_noise_block else []
             groups = cout if cfg.depthwise else 1
             layers.append(
-                _Block([Snake1d(cin), CausalConvTranspose1d(cin, cout, stride), *noise, *_residual_units(cout, groups)])
+                DecoderBlock(
+                    [Snake1d(cin), CausalConvTranspose1d(cin, cout, stride), *noise, *_residual_units(cout, groups)]
+                )
             )
         cout = c >> len(cfg.decoder_rates)
         layers += [Snake1d(cout), CausalConv1d(cout, 1, 7, left_pad=6)]
@@ -437,9 +462,11 @@ class CausalDecoder(nn.Module):
         bucket = (self.sr_bin_boundaries < self.out_sample_rate).sum(0, keepdim=True)
         x = z
         for layer, cond in zip(self.model, self.sr_cond_model, strict=True):
-            if cond is not None:
+            # The released conditioning (a channel affine) is applied by the block's first Snake.
+            affine = None if cond is None else cond.channel_affine(bucket)
+            if cond is not None and affine is None:
                 x = cond(x, bucket, stream)
-            x = layer(x, stream)
+            x = layer(x, stream) if affine is None else layer(x, stream, affine)
         return torch.tanh(x)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from engine import kernels
 from engine.lora.linear import AdapterRows
 from engine.models.voxcpm.locdit import LocDiT
 
@@ -56,10 +57,18 @@ class FlowState:
     steps: torch.Tensor  # int64 [B]: the row's Euler step count n
     cfg: torch.Tensor  # float32 [B]: the row's classifier-free guidance value
     adapter: torch.Tensor  # int32 [B]: the row's LoRA slot (0: none)
+    delta: torch.Tensor  # [B, hidden] model dtype: the dt token of every iteration (outside mean mode: dt = 0)
 
     @classmethod
     def empty(
-        cls, rows: int, mu_dim: int, patch_size: int, feat_dim: int, dtype: torch.dtype, device: torch.device
+        cls,
+        rows: int,
+        mu_dim: int,
+        hidden: int,
+        patch_size: int,
+        feat_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
     ) -> FlowState:
         """Zeroed buffers of `rows` rows with one Euler step each (inert: every iteration has dt = 0)."""
         latent = (rows, patch_size, feat_dim)
@@ -70,6 +79,7 @@ class FlowState:
             steps=torch.ones(rows, dtype=torch.int64, device=device),
             cfg=torch.zeros(rows, device=device),
             adapter=torch.zeros(rows, dtype=torch.int32, device=device),
+            delta=torch.zeros(rows, hidden, dtype=dtype, device=device),
         )
 
     def rows(self, m: int) -> FlowState:
@@ -125,7 +135,10 @@ class CFM(nn.Module):
         if adapter is None:
             adapter = torch.zeros(x.shape[0], dtype=torch.int32, device=x.device)
         steps = timesteps.clamp(1, MAX_TIMESTEPS)
-        return FlowState(x=x, mu=mu, cond=cond, steps=steps, cfg=cfg_value.float(), adapter=adapter.int())
+        # Outside mean mode the dt token is that of dt = 0 for every row and iteration: computed once per patch
+        # here rather than in each iteration (in mean mode `step` computes it from dt and this is unread).
+        delta = self.estimator.delta_token(torch.zeros(1, dtype=mu.dtype, device=mu.device)).expand(x.shape[0], -1)
+        return FlowState(x=x, mu=mu, cond=cond, steps=steps, cfg=cfg_value.float(), adapter=adapter.int(), delta=delta)
 
     def step(self, state: FlowState, k: torch.Tensor) -> None:
         """Euler iteration k (int64 0-dim tensor on the device, 2 <= k <= MAX_TIMESTEPS) of every row of
@@ -137,18 +150,12 @@ class CFM(nn.Module):
         # A 0-dim index would be read back to the host (a sync, not capturable): index with a [B] tensor instead.
         column = (k - 1).expand(batch)
         t, dt = t_tab[state.steps, column], dt_tab[state.steps, column]
-        # dt is an input only in mean mode; otherwise its token is that of dt = 0, for every row.
-        delta = self.estimator.delta_token(dt if self.mean_mode else torch.zeros(1, dtype=dtype, device=x.device))
-        time = self.estimator.time_token(t) + delta
+        time = self.estimator.time_token(t) + (self.estimator.delta_token(dt) if self.mean_mode else state.delta)
         if self.adapter_rows is not None:  # the CFG batch: both halves of a row use its adapter
             self.adapter_rows.dit = torch.cat((state.adapter, state.adapter))
         mu2, cond_tokens = self.estimator.context(state.mu, state.cond)
         v_c, v_u = self.estimator(torch.cat((x, x)), time.repeat(2, 1), mu2, cond_tokens).split(batch)
-        dot = (v_c * v_u).flatten(1).sum(dim=1)
-        scale = (dot / ((v_u**2).flatten(1).sum(dim=1) + 1e-8)).view(batch, 1, 1)
-        v = v_u * scale + (state.cfg[:, None, None] * (v_c - v_u * scale)).to(dtype)
-        v = torch.where((k <= zero_tab[state.steps]).view(batch, 1, 1), torch.zeros_like(v), v)
-        x.sub_(dt.view(batch, 1, 1) * v)
+        kernels.guided_euler_(x, v_c, v_u, state.cfg, dt, k <= zero_tab[state.steps])
 
     def solve(self, state: FlowState, max_timesteps: int) -> torch.Tensor:
         """Every Euler iteration of every row (max_timesteps >= each row's n) -> the latent patch [B, P, D]."""

@@ -6,8 +6,9 @@ Sequence per row (bidirectional MiniCPM4, RoPE over positions 0..S-1), output = 
   cat(lm_to_dit, res_to_dit) split into two tokens)
 with t = time_mlp(sinusoid(t)) + delta_time_mlp(sinusoid(dt)). Latents are [rows, P, D] throughout.
 
-The solver calls it on a CFG batch of 2B rows (conditional half, then the half with mu = 0); the parts that
-do not change over the Euler steps (cond tokens, mu tokens, the dt token) are built once per patch.
+The solver calls it on a CFG batch of 2B rows (conditional half, then the half with mu = 0). The dt token, the
+same in every Euler step outside mean mode, is built once per patch (`CFM.begin`); `context` (mu and cond tokens of
+the 2B rows, one small GEMM) once per step, from the per-row solver state whose rows the runner takes as a prefix.
 """
 
 from __future__ import annotations

@@ -101,7 +101,8 @@ class VoxCPMModel(nn.Module):
     def flow_buffers(self, rows: int) -> FlowState:
         """A solver state of `rows` inert rows (the runtime's static buffers for graphed Euler iterations)."""
         mu_dim = self.lm_to_dit_proj.out_features * (2 if self.fusion_concat_proj is not None else 1)
-        return FlowState.empty(rows, mu_dim, self.patch_size, self.feat_dim, self.dtype, self.device)
+        hidden = self.feat_decoder.estimator.hidden
+        return FlowState.empty(rows, mu_dim, hidden, self.patch_size, self.feat_dim, self.dtype, self.device)
 
     def _causal_attention(self) -> list[Attention]:
         return [layer.self_attn for stack in (self.base_lm, self.residual_lm) for layer in stack.layers]

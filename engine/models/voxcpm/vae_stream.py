@@ -62,6 +62,8 @@ class StreamingVAEDecoder:
         return self._run(slots, latents).squeeze(1).float()
 
     def _run(self, slots: Tensor, latents: Tensor) -> Tensor:
+        if slots.shape[0] != latents.shape[0]:  # else the first conv's context view fails with a shape riddle
+            raise ValueError(f"{slots.shape[0]} slots for {latents.shape[0]} rows of latents")
         prev = self.state.index_select(0, slots)
         stream = StreamState(prev, torch.empty_like(prev))
         wav = self.vae.decoder(latents.to(self.dtype), stream)

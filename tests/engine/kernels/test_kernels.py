@@ -19,6 +19,17 @@ def test_cpu_dispatch_is_the_twin() -> None:
     assert torch.equal(kernels.silu_mul(gate_up), torch.nn.functional.silu(gate_up[:, :16]) * gate_up[:, 16:])
     alpha = torch.rand(1, 3, 1, generator=gen) + 0.5
     assert torch.equal(kernels.snake(x, alpha), kernels.snake_torch(x, alpha))
+    scale, shift = torch.rand(1, 3, 1, generator=gen) + 0.5, torch.randn(1, 3, 1, generator=gen)
+    assert torch.equal(kernels.snake(x, alpha, (scale, shift)), kernels.snake_torch(x * scale + shift, alpha))
+    h, pointwise = torch.randn(2, 5, 16, generator=gen), torch.randn(3, 5, 1, generator=gen)
+    bias = torch.randn(3, generator=gen)
+    summed = kernels.pointwise_residual(h, pointwise, bias, x)
+    assert torch.equal(summed, x + torch.nn.functional.conv1d(h, pointwise, bias))
+    up = kernels.conv_transpose_crop(h, torch.randn(5, 3, 4, generator=gen), bias, 2, 2, 1)
+    assert up.shape == (2, 3, 2 * 17 - 3)
+    moved, v = x.clone(), torch.randn(4, 3, 16, generator=gen)
+    kernels.guided_euler_(moved, v[:2], v[2:], torch.ones(2), torch.full((2,), 0.5), torch.tensor([False, True]))
+    assert torch.equal(moved[1], x[1]) and torch.allclose(moved[0], x[0] - 0.5 * v[0])  # cfg 1: the conditional v
     q, k = torch.randn(2, 5, 4, 16, generator=gen), torch.randn(2, 5, 2, 16, generator=gen)
     assert torch.equal(kernels.dense_attention(q, k, k, 0.25), kernels.dense_attention_torch(q, k, k, 0.25))
     context, weight = torch.randn(2, 3, 12, generator=gen), torch.randn(3, 1, 7, generator=gen)

@@ -79,6 +79,72 @@ def test_snake_reads_strided_rows() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize(("channels", "length"), [(2048, 4), (64, 3840), (5, 17)])
+def test_snake_with_channel_affine(dtype: torch.dtype, channels: int, length: int) -> None:
+    """The VAE's sample-rate conditioning (x * scale + shift) applied by the Snake as it loads strided rows."""
+    x = torch.randn(3, channels, length + 10, device="cuda", dtype=dtype)[..., 4:-6] * 2
+    alpha = torch.rand(1, channels, 1, device="cuda", dtype=dtype) + 0.3
+    scale = torch.rand(1, channels, 1, device="cuda", dtype=dtype) + 0.5
+    shift = torch.randn(1, channels, 1, device="cuda", dtype=dtype)
+    got = triton_ops.snake(x, alpha, (scale, shift))
+    assert got.is_contiguous() and _rel(got, kernels.snake_torch(x, alpha, (scale, shift))) < 2e-3
+    if dtype == torch.float16:  # the affine rounds where torch's mul and add round: then the same Snake
+        assert torch.equal(got, triton_ops.snake(x * scale + shift, alpha))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("batch", "cin", "cout", "length"), [(2, 1024, 1024, 32), (5, 32, 32, 7680), (1, 8, 4, 3)])
+def test_pointwise_residual(dtype: torch.dtype, bias: bool, batch: int, cin: int, cout: int, length: int) -> None:
+    """The residual is a strided view (a transposed conv's output cut in time, as the first residual unit of a
+    VAE block gets). PyTorch's cuDNN conv adds its bias in a pass of its own, rounding as the kernel does: the
+    twin's bits exactly."""
+    h = torch.randn(batch, cin, length, device="cuda", dtype=dtype)
+    weight = torch.randn(cout, cin, 1, device="cuda", dtype=dtype) / cin**0.5
+    b = torch.randn(cout, device="cuda", dtype=dtype) if bias else None
+    residual = torch.randn(batch, cout, length + 9, device="cuda", dtype=dtype)[..., 3:-6]
+    got = triton_ops.pointwise_residual(h, weight, b, residual)
+    assert got.shape == (batch, cout, length) and got.is_contiguous()
+    assert torch.equal(got, kernels.pointwise_residual_torch(h, weight, b, residual))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("cin", "cout", "stride", "length"), [(2048, 1024, 8, 5), (64, 32, 2, 3841), (6, 3, 7, 2)])
+def test_conv_transpose_crop(dtype: torch.dtype, bias: bool, cin: int, cout: int, stride: int, length: int) -> None:
+    """The VAE's upsampling conv cropped as when streaming (one context frame's samples on the left, the trim on
+    the right). cuDNN's transposed conv adds its bias in a pass of its own too: the twin's bits exactly."""
+    x = torch.randn(3, cin, length, device="cuda", dtype=dtype)
+    weight = torch.randn(cin, cout, 2 * stride, device="cuda", dtype=dtype) / cin**0.5
+    b = torch.randn(cout, device="cuda", dtype=dtype) if bias else None
+    got = triton_ops.conv_transpose_crop(x, weight, b, stride, stride, stride)
+    assert torch.equal(got, kernels.conv_transpose_crop_torch(x, weight, b, stride, stride, stride))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize(("batch", "patch", "feat"), [(1, 4, 64), (512, 4, 64), (37, 2, 64), (3, 3, 5)])
+def test_guided_euler(dtype: torch.dtype, batch: int, patch: int, feat: int) -> None:
+    """The CFG-Zero* guidance and Euler update of a solver iteration; the velocities are the two halves of one
+    estimator output, as in CFM.step. The kernel rounds where the twin's ops round; only the order of the two
+    per-row sums may differ (a last-bit difference of the guidance scale now and then)."""
+    x0 = torch.randn(batch, patch, feat, device="cuda", dtype=dtype)
+    v_c, v_u = torch.randn(2 * batch, patch, feat, device="cuda", dtype=dtype).split(batch)
+    v_c = v_c + 0.5 * v_u  # correlated, as guided velocities are
+    cfg = torch.rand(batch, device="cuda") * 3
+    dt = (torch.rand(batch, device="cuda") * 0.2).to(dtype)
+    dt[0] = 0  # a row whose steps are done
+    frozen = torch.rand(batch, device="cuda") < 0.3  # rows in their zero-velocity steps
+    got, twin = x0.clone(), x0.clone()
+    triton_ops.guided_euler_(got, v_c, v_u, cfg, dt, frozen)
+    kernels.guided_euler_torch_(twin, v_c, v_u, cfg, dt, frozen)
+    still = frozen | (dt == 0)
+    assert torch.equal(got[still], x0[still]) and torch.equal(twin[still], x0[still])
+    tol = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}[dtype]
+    if (~still).any():
+        assert _rel(got - x0, twin - x0) < tol
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("dilation", [1, 3, 9])
 @pytest.mark.parametrize(("batch", "channels", "length"), [(2, 1024, 32), (5, 32, 7680), (1, 8, 3)])
 def test_causal_conv_snake(dtype: torch.dtype, dilation: int, batch: int, channels: int, length: int) -> None:

@@ -177,10 +177,11 @@ def test_offline_decode_and_encode_match_reference(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "cond", [{"cond_type": "add"}, {"cond_type": "concat", "cond_out_layer": True}, {"cond_out_layer": True}]
+    "cond", [{}, {"cond_type": "add"}, {"cond_type": "concat", "cond_out_layer": True}, {"cond_out_layer": True}]
 )
 def test_sample_rate_condition_variants_match_reference(cond: dict[str, object]) -> None:
-    # Releases use scale_bias without out layer; the other reference variants must load and decode the same too.
+    # Releases use scale_bias without out layer (folded into each block's first Snake: the {} case); the other
+    # reference variants must load and decode the same too.
     d = {**TINY["v2"][1], "cond_dim": 3, **cond}
     cfg = AudioVAEConfig.from_dict(d, 2)
     gen = torch.Generator().manual_seed(3)

@@ -133,3 +133,11 @@ def test_rejects_mismatched_dtype() -> None:
     vae, _ = make_vae("v1-16k", torch.float32)
     with pytest.raises(ValueError, match="float32"):
         StreamingVAEDecoder(vae, max_slots=2, device="cpu", dtype=torch.bfloat16)
+
+
+def test_rejects_slots_not_matching_latents() -> None:
+    vae, patch = make_vae("v2", torch.float32)
+    dec = StreamingVAEDecoder(vae, max_slots=4, device="cpu", dtype=torch.float32)
+    with pytest.raises(ValueError, match="2 slots for 3 rows"):
+        dec.decode(torch.tensor([0, 1]), randn(3, vae.latent_dim, patch, seed=7, dtype=torch.float32))
+    assert torch.all(dec.state == 0)  # nothing ran
