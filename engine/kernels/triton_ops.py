@@ -210,11 +210,11 @@ def _snake_kernel(
     t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = t < length
     x = tl.load(x_ptr + b * x_sb + c * x_sc + t, mask=mask, other=0.0)
-    if AFFINE:  # x * scale + shift, rounded after the product and after the sum, as the twin's two ops round
-        x = (x.to(tl.float32) * tl.load(scale_ptr + c).to(tl.float32)).to(out_ptr.dtype.element_ty)
-        x = (x.to(tl.float32) + tl.load(shift_ptr + c).to(tl.float32)).to(out_ptr.dtype.element_ty)
+    x = x.to(tl.float32)
+    if AFFINE:  # x * scale + shift in fp32, not rounded before the Snake (the twin's two 16-bit ops round twice)
+        x = x * tl.load(scale_ptr + c).to(tl.float32) + tl.load(shift_ptr + c).to(tl.float32)
     alpha = tl.load(alpha_ptr + c).to(tl.float32)
-    y = _snake(x.to(tl.float32), alpha)
+    y = _snake(x, alpha)
     tl.store(out_ptr + row.to(tl.int64) * length + t, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
