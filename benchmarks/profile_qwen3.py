@@ -8,11 +8,13 @@ Keys (milliseconds, medians; `null` where the device has no such measure, e.g. g
   (the first time, then steady); at B = 1 this is the engine's share of the time to first audio.
 - make_prompt: host prompt building for one request (tokenizer, prompt rows), which the caller's thread pays.
 - admit_split (B = 1, one admission with a synchronisation after each piece, so the pieces add up): slot_state
-  (the slot's device state written), embed (prompt embeddings), prefill (the talker over the prompt), first_c0
-  (frame 0's codebook 0), priming (the codec decoder over an ICL clone's reference codes; 0 without one),
-  frame (the step's frame body, graphed or eager) and rest (the step's remainder: scheduling, D2H, chunks);
-  total = their sum. `admit_split_clone` does the same for a Base checkpoint's ICL clone (random x-vector,
-  --ref-frames reference frames), where priming is paid.
+  (the slot's device state written), priming (the codec decoder over an ICL clone's reference codes; 0 without
+  one), embed (prompt embeddings), prefill (packing, the talker over the prompt, and frame 0's codebook 0 when the
+  prefill is graphed), first_c0 (frame 0's codebook 0 when the prefill runs eagerly; 0 when graphed), frame (the
+  step's frame body, graphed or eager) and rest (the step's remainder: scheduling, D2H, chunks); total = their
+  sum; prefill_graphed says which prefill ran. `admit_split_clone` does the same for a Base checkpoint's ICL
+  clone (random x-vector, --ref-frames reference frames), where priming is paid. `--prefill-graph-tokens 0`
+  runs every prefill eagerly (what the engine did before prefill graphs).
 - engine_step: EngineCore.step() wall time in steady state with B running requests.
 - frame_graph: one replay of the frame body's graph of B's bucket (GPU time, CUDA events); frame_eager: the same
   body run eagerly (wall time, synchronised).
@@ -78,8 +80,6 @@ class AdmitTimer:
     """Times the pieces of `Qwen3Runner._admit` (and the step around it) by wrapping the runner's methods on the
     instance, with a synchronisation before and after each piece while `on`."""
 
-    PIECES = ("embed", "prefill", "first_c0", "priming")
-
     def __init__(self, runner: Qwen3Runner) -> None:
         self.runner = runner
         self.on = False
@@ -113,10 +113,10 @@ class AdmitTimer:
 
         wrapped = {
             (runner, "_admit"): self._timed("admit", admit_wrapper, admit_only=False),
-            (model, "embed_prompt"): self._timed("embed", model.embed_prompt),
-            (runner, "_prefill"): self._timed("prefill", runner._prefill),
-            (runner, "_choose_c0"): self._timed("first_c0", runner._choose_c0),
             (runner, "decoder"): self._timed("priming", runner.decoder),
+            (runner, "_prefill"): self._timed("prefill_total", runner._prefill),
+            (model, "embed_prompts"): self._timed("embed", model.embed_prompts),
+            (runner, "_choose_c0"): self._timed("first_c0", runner._choose_c0),
             (runner, "_step"): self._timed("frame", runner._step, admit_only=False),
         }
         originals = {key: getattr(*key) for key in wrapped}
@@ -131,13 +131,23 @@ class AdmitTimer:
                 else:
                     object.__setattr__(obj, name, fn)
 
-    def split(self, step_ms: float) -> dict[str, float]:
-        t = self.times
-        inner = sum(t.get(k, 0.0) for k in self.PIECES)
-        line = {"slot_state": t["admit"] - inner, **{k: t.get(k, 0.0) for k in self.PIECES}, "frame": t["frame"]}
-        line["rest"] = step_ms - t["admit"] - t["frame"]
-        line["total"] = step_ms
-        return {k: round(v, 3) for k, v in line.items()}
+    def split(self, step_ms: float) -> dict[str, object]:
+        t = {"priming": 0.0, "first_c0": 0.0, **self.times}
+        line = {
+            "slot_state": t["admit"] - t["prefill_total"] - t["priming"],
+            "priming": t["priming"],
+            "embed": t["embed"],
+            "prefill": t["prefill_total"] - t["embed"] - t["first_c0"],
+            "first_c0": t["first_c0"],
+            "frame": t["frame"],
+            "rest": step_ms - t["admit"] - t["frame"],
+            "total": step_ms,
+        }
+        graphs = self.runner.graphs
+        return {
+            **{k: round(v, 3) for k, v in line.items()},
+            "prefill_graphed": graphs is not None and graphs.prefill is not None and not self.times.get("first_c0"),
+        }
 
 
 def clone_prompt(runner: Qwen3Runner, ref_frames: int) -> Prompt:
@@ -267,6 +277,7 @@ def main(args: argparse.Namespace) -> None:
         max_num_seqs=max(args.batch),
         max_model_len=1024,
         enforce_eager=args.enforce_eager,
+        **({} if args.prefill_graph_tokens is None else {"prefill_graph_tokens": args.prefill_graph_tokens}),
     )
     t0 = time.perf_counter()
     core = EngineCore(config)
@@ -284,4 +295,9 @@ if __name__ == "__main__":
     p.add_argument("--ref-frames", type=int, default=50, help="reference frames of the ICL clone (Base only)")
     p.add_argument("--device", default="auto", help="auto | cuda | cpu (cpu: a smoke run, no graph timings)")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (frame_graph null)")
+    p.add_argument(
+        "--prefill-graph-tokens",
+        type=int,
+        help="prefill graphs up to this many prompt positions (default: the engine's; 0: every prefill eager)",
+    )
     main(p.parse_args())

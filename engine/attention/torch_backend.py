@@ -91,6 +91,10 @@ class TorchAttention:
         queries = q[q_index]  # [B, Lq, H, D]
         q_abs = ctx_lens[:, None] + q_off  # absolute position of each query in its sequence
         mask = (k_pos[None, None, :] <= q_abs[:, :, None]) & (k_pos[None, None, :] < seq_lens[:, None, None])
+        # An empty sequence (a graph's padded row) attends its first key slot (the scratch block): with no key at
+        # all its rows would be NaN, and NaN K/V in the scratch block reach real rows through the zero weights of
+        # the padded block-table columns they gather.
+        mask |= (k_pos == 0)[None, None, :] & (seq_lens == 0)[:, None, None]
         out = _attend(queries, keys, values, mask, scale, self.kernel)
 
         # Back to the packed axis: position n belongs to sequence b at offset n - cu[b].

@@ -13,7 +13,7 @@ from engine.engine_core import EngineCore
 from engine.models.qwen3tts.make_checkpoint import make_checkpoint
 from tests.engine.helpers import engine_config
 
-SPLIT = {"slot_state", "embed", "prefill", "first_c0", "priming", "frame", "rest", "total"}
+SPLIT = {"slot_state", "embed", "prefill", "first_c0", "priming", "frame", "rest", "total", "prefill_graphed"}
 PIECES = ("engine_step", "frame_eager", "talker_decode", "predictor", "codec_decoder", "choose_c0")
 
 
@@ -25,8 +25,10 @@ def test_lines_on_the_cpu(tmp_path: Path) -> None:
     for key in ("admit_split", "admit_split_clone"):
         split = one[key]
         assert set(split) == SPLIT
-        assert split["total"] == pytest.approx(sum(v for k, v in split.items() if k != "total"), abs=0.01)
-        assert split["prefill"] > 0 and split["frame"] > 0
+        pieces = [v for k, v in split.items() if k not in ("total", "prefill_graphed")]
+        assert split["total"] == pytest.approx(sum(pieces), abs=0.01)
+        assert split["prefill"] > 0 and split["first_c0"] > 0 and split["frame"] > 0
+        assert split["prefill_graphed"] is False  # the CPU prefills eagerly
     assert one["admit_split"]["priming"] == 0 < one["admit_split_clone"]["priming"]
     assert "admit_split" not in two
     for line in (one, two):

@@ -29,6 +29,13 @@ from engine.models.qwen3tts.speaker_encoder import SpeakerEncoder
 Noise = Callable[[int, int], "torch.Tensor | Sequence[torch.Generator | None]"]
 
 
+def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without a host sync (through pinned memory on CUDA)."""
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 class TalkerStack(Qwen3Stack):
     """`talker.model`: the decoder plus its two input tables."""
 
@@ -136,20 +143,31 @@ class Qwen3TTSModel(nn.Module):
 
     def embed_prompt(self, prompt: Qwen3Prompt) -> torch.Tensor:
         """The prefill rows [R, H]: text track + codec track per row (either may be absent)."""
+        return self.embed_prompts([prompt])
+
+    def embed_prompts(self, prompts: Sequence[Qwen3Prompt], ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The prefill rows of prompts packed one after the other [N, H], N >= their total rows (rows past them,
+        with ids -1, are zero). `ids`: int64 [2, N], their text ids then codec ids already on the device (the
+        engine stages them with its other inputs); None copies them from the prompts. Fixed shapes and no host
+        sync but for a voice clone's x-vector and reference codes: every track is embedded for every row and
+        masked, so an absent track adds exactly zero (the reference's rows bit for bit)."""
         device = self.device
-        text_ids = prompt.text_ids.to(device)
-        codec_ids = prompt.codec_ids.to(device)
-        rows = torch.zeros(len(prompt), self.config.talker.stack.hidden_size, device=device, dtype=self.dtype)
-        has_text = text_ids >= 0
-        rows[has_text] = self.text_embed(text_ids[has_text])
-        has_codec = codec_ids >= 0
-        rows[has_codec] += self.codec_embed(codec_ids[has_codec])
-        if prompt.speaker_row is not None:
-            assert prompt.speaker_vector is not None
-            rows[prompt.speaker_row] += prompt.speaker_vector.to(device, self.dtype)
-        if prompt.ref_codes is not None:
-            frames = prompt.ref_codes.shape[0]
-            rows[prompt.ref_start : prompt.ref_start + frames] += self.frame_embed(prompt.ref_codes.to(device))
+        if ids is None:
+            ids = torch.stack([torch.cat([getattr(p, f) for p in prompts]) for f in ("text_ids", "codec_ids")])
+            ids = ids.to(device)
+        text_ids, codec_ids = ids
+        text = self.text_embed(text_ids.clamp(min=0))
+        codec = self.codec_embed(codec_ids.clamp(min=0))
+        rows = torch.where((text_ids >= 0)[:, None], text, 0) + torch.where((codec_ids >= 0)[:, None], codec, 0)
+        start = 0
+        for prompt in prompts:
+            if prompt.speaker_row is not None:
+                assert prompt.speaker_vector is not None
+                rows[start + prompt.speaker_row] += _to(prompt.speaker_vector, device).to(self.dtype)
+            if prompt.ref_codes is not None:
+                first = start + prompt.ref_start
+                rows[first : first + prompt.ref_codes.shape[0]] += self.frame_embed(_to(prompt.ref_codes, device))
+            start += len(prompt)
         return rows
 
     def trailing_embed(self, prompt: Qwen3Prompt) -> torch.Tensor:

@@ -39,7 +39,6 @@ transcript (ICL): voice roles "reference" and "both".
 from __future__ import annotations
 
 import hashlib
-import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +47,7 @@ import torch
 
 from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
-from engine.cuda_graphs import GraphSet, bucket_sizes, smallest_fit
+from engine.cuda_graphs import GraphSet, PrefillBuckets, bucket_sizes, smallest_fit
 from engine.device import kv_pool_blocks, resolve_device, resolve_dtype
 from engine.lora.pool import LoRAPool
 from engine.models.family import StepResult
@@ -74,10 +73,14 @@ DEFAULT_SPEAKER = "vivian"
 
 @dataclass(slots=True)
 class StepGraphs:
-    """The runner's CUDA graphs: the frame body (`Qwen3Runner._frame`) per batch bucket."""
+    """The runner's CUDA graphs: the frame body (`Qwen3Runner._frame`) per batch bucket, and the admission's
+    talker prefill with frame 0's codebook 0 (`Qwen3Runner._prefill_body`) per (token, sequence) bucket (None
+    when prefill_graph_tokens is 0)."""
 
     buckets: list[int]
     frame: GraphSet[int, torch.Tensor]
+    prefill: GraphSet[tuple[int, int], None] | None
+    prefill_buckets: PrefillBuckets | None
 
     def bucket(self, rows: int) -> int:
         bucket = smallest_fit(self.buckets, rows)
@@ -203,27 +206,49 @@ class Qwen3Runner:
         self._step_staging = torch.zeros(rows, 3, dtype=torch.int64, pin_memory=device.type == "cuda")
         self.graphs: StepGraphs | None = None
         if device.type == "cuda" and not config.enforce_eager:
-            self.graphs = self._capture_graphs(rows)
+            self.graphs = self._capture_graphs(rows, config.prefill_graph_tokens)
 
-    def _capture_graphs(self, max_rows: int) -> StepGraphs:
-        """The frame body's graph per batch bucket, at start. Warm-ups and captures run on scratch rows only."""
+    def _capture_graphs(self, max_rows: int, prefill_graph_tokens: int) -> StepGraphs:
+        """The frame body's graph per batch bucket and the prefill's per (token, sequence) bucket, at start.
+        Warm-ups and captures run on scratch rows only (the scratch slot, the scratch KV block)."""
+        device, pool = self.device, torch.cuda.graph_pool_handle()
         buckets = bucket_sizes(max_rows)
-        pad_row = torch.tensor([self.scratch_slot, 0, 0], device=self.device)
+        pad_row = torch.tensor([self.scratch_slot, 0, 0], device=device)
 
         def pad(bucket: int) -> None:
             self._step_input[:bucket] = pad_row
 
-        frame = GraphSet(
-            lambda b: self._frame(self._step_input[:b]),
-            buckets,
-            self.device,
-            torch.cuda.graph_pool_handle(),
-            pad,
-        )
-        graphs = StepGraphs(buckets, frame)
+        frame = GraphSet(lambda b: self._frame(self._step_input[:b]), buckets, device, pool, pad)
+        prefill, prefill_buckets = None, None
+        if prefill_graph_tokens:
+            prefill_buckets = PrefillBuckets.up_to(prefill_graph_tokens, max_rows)
+            # Static inputs of every key (one graph replays at a time): the packed integers and the embedded rows.
+            size = self._packed_size(prefill_graph_tokens, prefill_buckets.seqs[-1])
+            self._prefill_packed = torch.zeros(size, dtype=torch.int64, device=device)
+            hidden = self.config.talker.stack.hidden_size
+            self._prefill_rows = torch.zeros(prefill_graph_tokens, hidden, device=device, dtype=self.dtype)
+
+            def prepare(key: tuple[int, int]) -> None:
+                packed = torch.from_numpy(self._pack_prefill([], *key))
+                self._prefill_packed[: packed.numel()].copy_(packed)
+                self._prefill_rows.zero_()
+
+            prefill = GraphSet(
+                lambda key: self._prefill_graph_body(*key), prefill_buckets.keys(), device, pool, prepare
+            )
+        graphs = StepGraphs(buckets, frame, prefill, prefill_buckets)
         with torch.inference_mode():
-            frame.capture_all()
+            for graph_set in (frame, prefill):
+                if graph_set is not None:
+                    graph_set.capture_all()
         return graphs
+
+    def _prefill_graph_body(self, tokens: int, rows: int) -> None:
+        packed = self._prefill_packed[: self._packed_size(tokens, rows)]
+        # Bounds, not lengths: padded positions may be queries (their rows are discarded), but no sequence holds
+        # more keys than max_model_len (rounded up to blocks), the width of a block table.
+        max_k = min(tokens, self.max_blocks_per_seq * self.block_size)
+        self._prefill_body(packed, self._prefill_rows[:tokens], tokens, rows, tokens, max_k)
 
     def _encoder_digest(self) -> str:
         """Voices are bound to the codec encoder and the speaker encoder: a digest of both's weights."""
@@ -283,36 +308,6 @@ class Qwen3Runner:
 
     # -- one step -----------------------------------------------------------------------------------------------
 
-    def _prefill_attention(self, seqs: list[Sequence], lengths: list[int]) -> AttentionMetadata:
-        """Packed prompts of `lengths` positions from position 0, over each row's block table."""
-        bs = self.block_size
-        slots = []
-        for seq, n in zip(seqs, lengths, strict=True):
-            slots.extend(seq.block_table[pos // bs] * bs + pos % bs for pos in range(n))
-        width = max(len(seq.block_table) for seq in seqs)
-        table = np.full((len(seqs), width), self.scratch_block, dtype=np.int32)
-        for row, seq in enumerate(seqs):
-            table[row, : len(seq.block_table)] = seq.block_table
-        cu = list(itertools.accumulate([0, *lengths]))
-        device = self.device
-        return AttentionMetadata(
-            cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
-            seq_lens=torch.tensor(lengths, dtype=torch.int32, device=device),
-            max_seqlen_q=max(lengths),
-            max_seqlen_k=max(lengths),
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-            block_tables=torch.from_numpy(table).to(device),
-            decode_only=all(n == 1 for n in lengths),
-        )
-
-    def _prefill(self, seqs: list[Sequence], inputs: list[torch.Tensor]) -> torch.Tensor:
-        """The talker over the packed prompts; each row's last hidden [B, H]."""
-        lengths = [x.shape[0] for x in inputs]
-        positions = torch.tensor([p for n in lengths for p in range(n)], device=self.device)
-        hidden = self.model.talker_forward(torch.cat(inputs), positions, self._prefill_attention(seqs, lengths))
-        last = torch.tensor(list(itertools.accumulate(lengths)), device=self.device) - 1
-        return hidden[last]
-
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
         tensor = torch.from_numpy(array)
         if self.device.type == "cuda":
@@ -320,44 +315,129 @@ class Qwen3Runner:
         return tensor.to(self.device, non_blocking=True)
 
     def _admit(self, seqs: list[Sequence]) -> None:
-        """The prefill of newly admitted requests (eager): their slot state, the prompt through the talker, codebook
-        0 of frame 0. The slot may have served a finished request: everything is written afresh."""
-        n, width = len(seqs), self.slot_text.shape[1]
-        ints = np.zeros((n, 4), dtype=np.int64)  # seed, prompt length, first EOS frame, text length
-        text = np.full((n, width), self.config.tts_pad_token_id, dtype=np.int64)
-        blocks = np.full((n, self.max_blocks_per_seq), self.scratch_block, dtype=np.int32)
+        """The prefill of newly admitted requests: their slot state (one host->device copy of every integer and
+        one of the sampling floats), the clone's decoder priming, then the prompts through the talker and codebook
+        0 of frame 0 (`_prefill`). The slot may have served a finished request: everything is written afresh. No
+        host sync."""
+        n, width, blocks = len(seqs), self.slot_text.shape[1], self.max_blocks_per_seq
+        # Per row: slot, seed, prompt length, first EOS frame, text length, 2 + 2 sampling ints, text, block table.
+        ints = np.zeros((n, 9 + width + blocks), dtype=np.int64)
+        ints[:, 9 : 9 + width] = self.config.tts_pad_token_id
+        ints[:, 9 + width :] = self.scratch_block
+        floats = np.zeros((n, 4), dtype=np.float32)  # talker's then predictor's temperature, top-p
+        talker, predictor = (
+            RowSampling.columns([_sampling(s.params, defaults) for s in seqs])
+            for defaults in (self.talker_defaults, self.predictor_defaults)
+        )
         for row, seq in enumerate(seqs):
             ids = seq.prompt.prompt.trailing_ids.numpy()[:width]
-            text[row, : len(ids)] = ids  # then tts_pad
-            ints[row] = (seq.seed, seq.num_prompt, max(MIN_NEW_TOKENS, seq.params.min_patches + 2), len(ids) + 1)
-            blocks[row, : len(seq.block_table)] = seq.block_table
-        ints[:, 3] = np.minimum(ints[:, 3], width)
-        slots = self._to_device(np.array([seq.slot for seq in seqs], dtype=np.int64))
-        ints_d = self._to_device(ints)
-        self.slot_seed[slots] = ints_d[:, 0]
-        self.slot_prompt_len[slots] = ints_d[:, 1]
-        self.slot_eos_from[slots] = ints_d[:, 2]
-        self.slot_text_len[slots] = ints_d[:, 3]
-        self.slot_text[slots] = self._to_device(text)
-        self.slot_blocks[slots] = self._to_device(blocks)
+            eos_from = max(MIN_NEW_TOKENS, seq.params.min_patches + 2)
+            text_len = min(len(ids) + 1, width)  # the ids, then tts_pad
+            ints[row, :5] = (seq.slot, seq.seed, seq.num_prompt, eos_from, text_len)
+            ints[row, 5:9] = (*talker[0][row], *predictor[0][row])
+            ints[row, 9 : 9 + len(ids)] = ids
+            ints[row, 9 + width : 9 + width + len(seq.block_table)] = seq.block_table
+            floats[row] = (*talker[1][row], *predictor[1][row])
+        ints_d, floats_d = self._to_device(ints), self._to_device(floats)
+        slots = ints_d[:, 0]
+        self.slot_seed[slots] = ints_d[:, 1]
+        self.slot_prompt_len[slots] = ints_d[:, 2]
+        self.slot_eos_from[slots] = ints_d[:, 3]
+        self.slot_text_len[slots] = ints_d[:, 4]
+        self.slot_talker.assign(slots, RowSampling.from_columns(ints_d[:, 5:7], floats_d[:, :2]))
+        self.slot_predictor.assign(slots, RowSampling.from_columns(ints_d[:, 7:9], floats_d[:, 2:]))
+        self.slot_text[slots] = ints_d[:, 9 : 9 + width]
+        self.slot_blocks[slots] = ints_d[:, 9 + width :].int()
         self.slot_history[slots] = -1
         self.slot_penalty[slots] = self.config.sampling.repetition_penalty
-        self.slot_talker.assign(
-            slots, RowSampling.of([_sampling(s.params, self.talker_defaults) for s in seqs], slots.device)
-        )
-        self.slot_predictor.assign(
-            slots, RowSampling.of([_sampling(s.params, self.predictor_defaults) for s in seqs], slots.device)
-        )
         self.decoder_state.reset(slots)
-        for seq in seqs:
+        for row, seq in enumerate(seqs):
             prompt: Qwen3Prompt = seq.prompt.prompt
             if prompt.ref_codes is not None:
                 # the reference decodes its output after the clone's codes: they are the decoder's left context
-                row = torch.tensor([seq.slot], device=self.device)
-                state = self.decoder_state.select(row)
-                self.decoder(prompt.ref_codes[None].to(self.device), state)
-                self.decoder_state.assign(row, state)
-        hidden = self._prefill(seqs, [self.model.embed_prompt(s.prompt.prompt) for s in seqs])
+                state = self.decoder_state.select(slots[row : row + 1])
+                self.decoder(self._to_device(prompt.ref_codes.numpy())[None], state)
+                self.decoder_state.assign(slots[row : row + 1], state)
+        self._prefill(seqs)
+
+    def _prefill(self, seqs: list[Sequence]) -> None:
+        """The talker over the admitted prompts and codebook 0 of frame 0 into their slots: replayed from the
+        graph of the smallest (token, sequence) bucket holding them, padded (see `_pack_prefill`), or eager over
+        the prompts alone (enforce_eager, the CPU, admissions past the buckets)."""
+        graphs = self.graphs
+        tokens = sum(seq.num_prompt for seq in seqs)
+        key = None
+        if graphs is not None and graphs.prefill_buckets is not None:
+            key = graphs.prefill_buckets.key_for(tokens, len(seqs))
+        padded_tokens, rows = key or (tokens, len(seqs))
+        packed = self._to_device(self._pack_prefill(seqs, padded_tokens, rows))
+        x = self.model.embed_prompts([seq.prompt.prompt for seq in seqs], packed[: 2 * padded_tokens].view(2, -1))
+        if key is None:
+            longest = max(seq.num_prompt for seq in seqs)
+            self._prefill_body(packed, x, tokens, rows, longest, longest)
+            return
+        assert graphs is not None and graphs.prefill is not None
+
+        def fill() -> None:
+            # Device-to-device copies into the static inputs.
+            self._prefill_packed[: packed.numel()].copy_(packed)
+            self._prefill_rows[:padded_tokens].copy_(x)
+
+        graphs.prefill.run(key, fill)
+
+    def _packed_size(self, tokens: int, rows: int) -> int:
+        return 4 * tokens + 4 * rows + 1 + rows * self.max_blocks_per_seq
+
+    def _pack_prefill(self, seqs: list[Sequence], tokens: int, rows: int) -> np.ndarray:
+        """Every integer an admission's prefill reads, packed for one host->device copy (`_prefill_body` unpacks
+        it), padded to `tokens` positions and `rows` sequences: text ids, codec ids, positions, KV slot of each
+        position, cu_seqlens, lengths, each sequence's last position, slots, block tables. Padding is inert:
+        padded positions (ids -1: zero rows) write K/V into the scratch block, padded sequences are empty and
+        write the scratch slot."""
+        bs = self.block_size
+        num_new = np.zeros(rows, dtype=np.int64)
+        num_new[: len(seqs)] = [seq.num_prompt for seq in seqs]
+        cu_seqlens = np.zeros(rows + 1, dtype=np.int64)
+        np.cumsum(num_new, out=cu_seqlens[1:])
+        n = int(cu_seqlens[-1])
+        text_ids, codec_ids = np.full(tokens, -1, dtype=np.int64), np.full(tokens, -1, dtype=np.int64)
+        positions = np.zeros(tokens, dtype=np.int64)
+        block_tables = np.full((rows, self.max_blocks_per_seq), self.scratch_block, dtype=np.int64)
+        slots = np.full(rows, self.scratch_slot, dtype=np.int64)
+        slot_mapping = self.scratch_block * bs + np.arange(tokens) % bs
+        if seqs:
+            prompts: list[Qwen3Prompt] = [seq.prompt.prompt for seq in seqs]
+            text_ids[:n] = np.concatenate([p.text_ids.numpy() for p in prompts])
+            codec_ids[:n] = np.concatenate([p.codec_ids.numpy() for p in prompts])
+            positions[:n] = np.concatenate([np.arange(seq.num_prompt) for seq in seqs])
+            for row, seq in enumerate(seqs):
+                block_tables[row, : len(seq.block_table)] = seq.block_table
+                slots[row] = seq.slot
+            seq_index = np.repeat(np.arange(rows), num_new)
+            slot_mapping[:n] = block_tables[seq_index, positions[:n] // bs] * bs + positions[:n] % bs
+        last_index = np.maximum(cu_seqlens[1:] - 1, 0)
+        parts = (text_ids, codec_ids, positions, slot_mapping, cu_seqlens, num_new, last_index, slots, block_tables)
+        return np.concatenate([part.ravel() for part in parts])
+
+    def _prefill_body(
+        self, packed: torch.Tensor, x: torch.Tensor, tokens: int, rows: int, max_seqlen_q: int, max_seqlen_k: int
+    ) -> None:
+        """The talker over the prompt rows x [tokens, H] (`_pack_prefill`'s layout in `packed`), then each
+        sequence's last hidden and codebook 0 of its frame 0 into its slot. Fixed shapes, no host sync."""
+        n, b = tokens, rows
+        positions, slot_mapping = packed[2 * n : 4 * n].view(2, n)
+        cu_seqlens = packed[4 * n : 4 * n + b + 1]
+        seq_lens, last_index, slots = packed[4 * n + b + 1 : 4 * n + 4 * b + 1].view(3, b)
+        attn = AttentionMetadata(
+            cu_seqlens_q=cu_seqlens.int(),
+            seq_lens=seq_lens.int(),
+            max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k,
+            slot_mapping=slot_mapping,
+            block_tables=packed[4 * n + 4 * b + 1 :].view(b, self.max_blocks_per_seq).int(),
+            decode_only=False,
+        )
+        hidden = self.model.talker_forward(x, positions, attn)[last_index]
         self.slot_hidden[slots] = hidden
         self.slot_c0[slots] = self._choose_c0(slots, hidden, torch.zeros_like(slots))
 

@@ -95,12 +95,21 @@ class RowSampling:
 
     @classmethod
     def of(cls, params: Sequence[SamplingParams], device: torch.device | str) -> RowSampling:
-        return cls(
-            torch.tensor([p.do_sample for p in params], device=device),
-            torch.tensor([p.temperature if p.do_sample else 1.0 for p in params], device=device),
-            torch.tensor([p.top_k if p.do_sample else 0 for p in params], device=device),
-            torch.tensor([p.top_p if p.do_sample else 1.0 for p in params], device=device),
-        )
+        ints, floats = cls.columns(params)
+        return cls.from_columns(torch.tensor(ints, device=device), torch.tensor(floats, device=device))
+
+    @staticmethod
+    def columns(params: Sequence[SamplingParams]) -> tuple[list[tuple[int, int]], list[tuple[float, float]]]:
+        """The settings of rows as host columns: (do_sample, top_k) and (temperature, top_p) per row, with the
+        warpers off (temperature 1, top-k 0, top-p 1) for greedy rows."""
+        ints = [(int(p.do_sample), p.top_k if p.do_sample else 0) for p in params]
+        floats = [(p.temperature, p.top_p) if p.do_sample else (1.0, 1.0) for p in params]
+        return ints, floats
+
+    @classmethod
+    def from_columns(cls, ints: torch.Tensor, floats: torch.Tensor) -> RowSampling:
+        """`columns` as tensors: ints int64 [B, 2], floats float32 [B, 2]."""
+        return cls(ints[:, 0].bool(), floats[:, 0].float(), ints[:, 1], floats[:, 1].float())
 
     def select(self, rows: torch.Tensor) -> RowSampling:
         """The settings of rows `rows` (int64 [B]): per-slot settings gathered for a step's rows."""

@@ -99,15 +99,19 @@ def _assert_same(a: Chunks, b: Chunks, audio_atol: float = 0.0) -> None:
         np.testing.assert_allclose(*audio, rtol=0, atol=audio_atol, err_msg=rid)
 
 
-def _graphed_on_cpu(core: EngineCore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
+def _graphed_on_cpu(
+    core: EngineCore, monkeypatch: pytest.MonkeyPatch, prefill_graph_tokens: int = 0
+) -> list[tuple[str, object]]:
     """Give a CPU runner its graphs, captured with the stand-in; returns the replay log."""
     replays: list[tuple[str, object]] = []
     names: dict[object, str] = {}
     monkeypatch.setattr(cuda_graphs, "capture", _stand_in_capture(replays, names))
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
     runner = core.runner
-    runner.graphs = runner._capture_graphs(core.config.max_num_seqs)
-    names[runner.graphs.frame.body] = "frame"
+    runner.graphs = graphs = runner._capture_graphs(core.config.max_num_seqs, prefill_graph_tokens)
+    names[graphs.frame.body] = "frame"
+    if graphs.prefill is not None:
+        names[graphs.prefill.body] = "prefill"
     replays.clear()  # the captures' own calls
     return replays
 
@@ -149,6 +153,65 @@ def test_scratch_rows_touch_no_request_state(qwen_checkpoint, monkeypatch: pytes
     np.testing.assert_allclose(padded.numpy(), unpadded.numpy(), rtol=0, atol=1e-5)
     assert torch.equal(padded[:, :16], unpadded[:, :16])
     _assert_same_state(runner, after_unpadded, _state(runner), atol=1e-5)
+
+
+def test_prefill_graph_plumbing_on_cpu(qwen_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admissions through the prefill graphs (packed static inputs and embedded rows padded to the key: padded
+    positions and sequences write the scratch block and slot) against the eager engine: the same codes, the same
+    audio up to fp32 rounding (a padded prefill's GEMMs may block differently), the smallest key holding each
+    admission, and an admission past the buckets eager."""
+    results, replays = [], []
+    for graphed in (False, True):
+        config = engine_config(qwen_checkpoint(VARIANT), max_num_seqs=8, max_patches=8, max_model_len=256)
+        core = EngineCore(config)
+        if graphed:
+            replays = _graphed_on_cpu(core, monkeypatch, prefill_graph_tokens=128)
+        chunks, rows = _run(core, BETWEEN)
+        assert rows == BETWEEN_ROWS
+        # One prompt of more than 128 rows: past the largest token bucket.
+        long = GenerationRequest("A much longer sentence. " * 5, params=GenerationParams(seed=9, max_patches=2))
+        core.add_request(long)
+        assert core.scheduler.waiting[0].num_prompt > 128
+        while core.has_work():
+            for chunk in core.step():
+                chunks.setdefault("long", []).append((chunk.latents.copy(), chunk.samples.copy()))
+        results.append(chunks)
+    # BETWEEN admits 3, 2, 1 and 3 requests of about 25 prompt rows each; the long one runs eagerly.
+    assert [key for name, key in replays if name == "prefill"] == [(128, 4), (64, 2), (64, 1), (128, 4)]
+    _assert_same(*results, audio_atol=1e-5)
+
+
+def test_packed_prefill_padding_is_inert(qwen_checkpoint) -> None:
+    """`_pack_prefill` padded to a key: the real positions as unpadded, padded positions with no ids (zero rows)
+    writing K/V into the scratch block, padded sequences empty with the scratch slot."""
+    core = EngineCore(engine_config(qwen_checkpoint(VARIANT), max_num_seqs=8))
+    runner: Qwen3Runner = core.runner
+    for i, text in enumerate(["Hi.", "Hello there, you."]):
+        core.add_request(GenerationRequest(text, params=GenerationParams(seed=i), request_id=f"r{i}"))
+    seqs = core.scheduler.schedule()
+    n, lengths = sum(seq.num_prompt for seq in seqs), [seq.num_prompt for seq in seqs]
+    tight = runner._pack_prefill(seqs, n, 2)
+    padded = runner._pack_prefill(seqs, 64, 4)
+    assert tight.size == runner._packed_size(n, 2) and padded.size == runner._packed_size(64, 4)
+
+    def parts(packed: np.ndarray, tokens: int, rows: int) -> list[np.ndarray]:
+        cuts = np.cumsum([tokens] * 4 + [rows + 1] + [rows] * 3)
+        return np.split(packed, cuts)
+
+    bs, scratch = runner.block_size, runner.scratch_block
+    t_text, t_codec, t_pos, t_map, t_cu, t_len, t_last, t_slots, t_blocks = parts(tight, n, 2)
+    p_text, p_codec, p_pos, p_map, p_cu, p_len, p_last, p_slots, p_blocks = parts(padded, 64, 4)
+    for a, b in ((t_text, p_text), (t_codec, p_codec), (t_pos, p_pos), (t_map, p_map)):
+        np.testing.assert_array_equal(b[:n], a)
+    assert (p_text[n:] == -1).all() and (p_codec[n:] == -1).all()
+    assert (p_map[n:] // bs == scratch).all() and not (t_map // bs == scratch).any()
+    assert t_cu.tolist() == [0, lengths[0], n] and p_cu.tolist() == [0, lengths[0], n, n, n]
+    assert t_len.tolist() == lengths and p_len.tolist() == [*lengths, 0, 0]
+    assert p_last[:2].tolist() == t_last.tolist() == [lengths[0] - 1, n - 1]
+    assert p_slots.tolist() == [*t_slots.tolist(), runner.scratch_slot, runner.scratch_slot]
+    blocks = p_blocks.reshape(4, -1)
+    np.testing.assert_array_equal(blocks[:2], t_blocks.reshape(2, -1))
+    assert (blocks[2:] == scratch).all()
 
 
 def _written(runner: Qwen3Runner) -> list[torch.Tensor]:
@@ -197,10 +260,12 @@ def checkpoints(qwen_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Ca
     return get
 
 
-def _cuda_core(checkpoint: Path, eager: bool) -> EngineCore:
-    # bf16 as served; flash-attn's paged kernels (the full checkpoint's head_dim 128) need blocks of 256 positions
+def _cuda_core(checkpoint: Path, eager: bool, prefill_graph_tokens: int = 0) -> EngineCore:
+    # bf16 as served; flash-attn's paged kernels (the full checkpoint's head_dim 128) need blocks of 256 positions.
+    # No prefill graphs unless asked: a padded prefill may pick other GEMM tiles than the eager one (bits differ).
     config: dict[str, Any] = dict(device="cuda", dtype="bfloat16", max_num_seqs=8, max_patches=8)
-    core = EngineCore(engine_config(checkpoint, **config, max_model_len=512, kv_block_size=256, enforce_eager=eager))
+    config.update(max_model_len=512, kv_block_size=256, prefill_graph_tokens=prefill_graph_tokens)
+    core = EngineCore(engine_config(checkpoint, **config, enforce_eager=eager))
     assert (core.runner.graphs is None) == eager
     assert eager or core.runner.graphs.buckets == [1, 2, 4, 8]
     return core
@@ -248,3 +313,41 @@ def test_padded_replays_equal_the_eager_body(checkpoints, size: str) -> None:
     runner._step = step
     _run(core, BETWEEN)
     assert checked == BETWEEN_ROWS
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("size", ["tiny", "full"])
+def test_prefill_replays_equal_the_eager_body(checkpoints, size: str) -> None:
+    """Admissions through the prefill graphs (padded positions and sequences): every replay equals the eager
+    prefill body on the same padded inputs, bit for bit, in every slot's hidden and codebook 0 and every KV block
+    but the scratch ones; the engine then streams finite audio."""
+    core = _cuda_core(checkpoints(size), eager=False, prefill_graph_tokens=256)
+    runner: Qwen3Runner = core.runner
+    graphs = runner.graphs
+    assert graphs is not None and graphs.prefill is not None and graphs.prefill_buckets is not None
+    assert graphs.prefill_buckets.tokens == [64, 128, 256] and graphs.prefill_buckets.seqs == [1, 2, 4, 8]
+    prefill = runner._prefill
+    keys: list[tuple[int, int]] = []
+
+    def checked(seqs: list) -> None:
+        key = graphs.prefill_buckets.key_for(sum(seq.num_prompt for seq in seqs), len(seqs))
+        assert key is not None
+        before = _state(runner)
+        prefill(seqs)
+        after_graph = _state(runner)
+        _restore(runner, before)
+        tokens, rows = key
+        packed = runner._to_device(runner._pack_prefill(seqs, tokens, rows))
+        x = runner.model.embed_prompts([seq.prompt.prompt for seq in seqs], packed[: 2 * tokens].view(2, -1))
+        runner._prefill_body(packed, x, tokens, rows, tokens, min(tokens, runner.max_blocks_per_seq * 256))
+        _assert_same_state(runner, after_graph, _state(runner))
+        keys.append(key)
+
+    runner._prefill = checked
+    chunks, rows = _run(core, BETWEEN)
+    assert rows == BETWEEN_ROWS
+    assert keys == [(128, 4), (64, 2), (64, 1), (128, 4)]
+    for rid in chunks:
+        audio = _joined(chunks, rid, 1)
+        assert np.isfinite(audio).all() and np.abs(audio).max() > 0
