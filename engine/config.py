@@ -26,8 +26,8 @@ class EngineConfig:
     max_buffered_chunks: int = 32  # a request whose consumer lags this far is paused (no engine work)
     attention_backend: str = "auto"  # auto | flash_attn | sdpa | torch
     enforce_eager: bool = False  # no CUDA graphs
-    # Text-only admissions of up to this many prompt positions (and 8 requests) replay a backbone graph: the
-    # time to first audio at low load. 0: every admission's backbone runs eagerly.
+    # Admissions of up to this many prompt positions (and 8 requests) replay a prefill graph: the time to first
+    # audio at low load (VoxCPM: text-only prompts; Qwen3-TTS: any). 0: every admission's prefill runs eagerly.
     prefill_graph_tokens: int = 1024
     # LoRA adapters resident at once (0: no LoRA support, no cost), their max rank, and the released linear names
     # they may target (voxcpm's default targets: attention in the LMs and the LocDiT, and the projections).

@@ -14,7 +14,10 @@ VoxCPM's runner, for one, runs a step as a short pipeline of graph replays over 
   admission; replayed, an admission of one request costs one launch instead of ~600, most of the time to first
   audio at low load. Larger admissions are GPU-bound and run eagerly.
 Eager, one step at B=1 is ~2,500 launches (the 9 LocDiT calls dominate), ~70 ms of launch overhead on an H200;
-replayed, it is about a dozen.
+replayed, it is about a dozen. Qwen3-TTS's runner (engine/models/qwen3tts/runner.py) has two: the whole frame
+per batch bucket, and an admission's talker prefill with frame 0's codebook 0 per (token bucket, sequence bucket),
+any prompt (its embeddings are a static input); both leave their results in slot state but the frame's packed
+result, which the runner copies to the host at once.
 
 A piece over B rows replays the smallest bucket >= B: the caller writes rows [:B] of the static inputs and pads
 the rest (the scratch slot, whose KV block and state nobody else uses; zero hiddens), so padded rows are inert.

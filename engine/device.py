@@ -1,6 +1,9 @@
-"""Which torch device and dtype an engine runs on, from the configuration's names."""
+"""Which torch device and dtype an engine runs on, from the configuration's names; convolutions off the step."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 
@@ -42,3 +45,19 @@ def kv_pool_blocks(config: EngineConfig, device: torch.device, bytes_per_block: 
             f"{config.max_model_len} needs"
         )
     return min(wanted, fit)
+
+
+@contextlib.contextmanager
+def native_convs() -> Iterator[None]:
+    """Eager decoder and encoder work off the step (priming a streaming decoder with prompt audio, encoding voice
+    audio) runs PyTorch's native convolutions, not cuDNN's.
+
+    cuDNN builds an execution plan for every new conv shape, at about 35 ms a conv, and caches it per thread:
+    measured on an H200 (VoxCPM), an admission step whose number of newcomers the engine thread had not seen before
+    took ~920 ms instead of ~90 ms. These calls come in ever new shapes (batch of newcomers, prompt lengths), so
+    they skip cuDNN. A step's own decode keeps cuDNN: graphed, its plans are baked in at capture for the bucket
+    shapes; under enforce_eager it runs the graphs' code unchanged (cuDNN included) so that eager and graphed
+    steps give the same bits.
+    """
+    with torch.backends.cudnn.flags(enabled=False):
+        yield

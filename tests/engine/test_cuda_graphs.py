@@ -16,8 +16,9 @@ import torch
 
 from engine import cuda_graphs
 from engine.cuda_graphs import PrefillBuckets, bucket_sizes, smallest_fit
+from engine.device import native_convs
 from engine.engine_core import EngineCore
-from engine.models.voxcpm.runner import VoxCPMRunner, native_convs
+from engine.models.voxcpm.runner import VoxCPMRunner
 from engine.params import GenerationParams, GenerationRequest, Prompt
 from tests.engine.helpers import engine_config
 

@@ -16,8 +16,15 @@ int64 input [B, 3] (slot, frame, look-ahead flag). On CUDA it is captured as one
 (engine/cuda_graphs.py): the 15 predictor passes with their sampling, the codec decoder and the talker's decode
 position replay as one launch. The rows of a step pad to the smallest bucket with the scratch slot (frame 0, no
 look-ahead: its K/V go to the scratch block), so padded rows touch scratch state only. Under
-`EngineConfig.enforce_eager` and on the CPU the same body runs eagerly over the step's own rows. Admission
-(prompt prefill, frame 0's codebook 0, the ICL clone's decoder priming) stays eager: prompts vary in length.
+`EngineConfig.enforce_eager` and on the CPU the same body runs eagerly over the step's own rows.
+
+Admission (step 1's prefill rows, at low load most of the time to first audio): the slot state goes over in two
+host->device copies, the prompts are embedded on the device without a host sync, then the talker over the packed
+prompts and frame 0's codebook 0 (`_prefill_body`) replay from a graph per (token, sequence) bucket up to
+`EngineConfig.prefill_graph_tokens` positions and 8 sequences: one launch instead of ~1,000 eager kernels. The
+prompts pad to the bucket as the frame's rows do (padded positions and sequences write the scratch block and
+slot). Larger admissions, enforce_eager and the CPU run the body eagerly over the prompts alone. An ICL clone's
+decoder priming (its reference codes through the codec decoder) stays eager, with native convolutions.
 
 Sampling: the checkpoint's generation_config (temperature 0.9, top-k 50, top-p 1, repetition penalty 1.05, the
 same for the predictor); `GenerationParams.temperature` other than 1.0 replaces both temperatures, 0 is greedy.
@@ -48,7 +55,7 @@ import torch
 from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
 from engine.cuda_graphs import GraphSet, PrefillBuckets, bucket_sizes, smallest_fit
-from engine.device import kv_pool_blocks, resolve_device, resolve_dtype
+from engine.device import kv_pool_blocks, native_convs, resolve_device, resolve_dtype
 from engine.lora.pool import LoRAPool
 from engine.models.family import StepResult
 from engine.models.qwen3tts.checkpoint import load_qwen3tts
@@ -299,7 +306,7 @@ class Qwen3Runner:
         audio = torch.from_numpy(np.ascontiguousarray(wav, dtype=np.float32))
         if audio.ndim != 1 or audio.numel() < SAMPLES_PER_FRAME:
             raise ValueError("expected mono audio of at least one 80 ms frame")
-        with torch.inference_mode():
+        with torch.inference_mode(), native_convs():  # every clip is a new conv shape
             if padding == "right":
                 return self.model.speaker_encoder.embed(audio).float().cpu().numpy().reshape(-1, 1, CODEBOOKS)
             if padding == "left":
@@ -355,8 +362,10 @@ class Qwen3Runner:
             prompt: Qwen3Prompt = seq.prompt.prompt
             if prompt.ref_codes is not None:
                 # the reference decodes its output after the clone's codes: they are the decoder's left context
+                # (a new conv shape per reference length: no cuDNN plans built mid-step)
                 state = self.decoder_state.select(slots[row : row + 1])
-                self.decoder(self._to_device(prompt.ref_codes.numpy())[None], state)
+                with native_convs():
+                    self.decoder(self._to_device(prompt.ref_codes.numpy())[None], state)
                 self.decoder_state.assign(slots[row : row + 1], state)
         self._prefill(seqs)
 

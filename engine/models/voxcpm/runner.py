@@ -30,9 +30,8 @@ Slot `max_num_seqs` and KV block `num_kv_blocks` are scratch: padded graph rows 
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -43,7 +42,7 @@ import torch
 from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
 from engine.cuda_graphs import GraphSet, PrefillBuckets, bucket_sizes, smallest_fit
-from engine.device import kv_pool_blocks, resolve_device, resolve_dtype
+from engine.device import kv_pool_blocks, native_convs, resolve_device, resolve_dtype
 from engine.lora.pool import LoRALimits, LoRAPool
 from engine.models.family import StepResult
 from engine.models.voxcpm.batch import BackboneInputs
@@ -85,21 +84,6 @@ class StepGraphs:
         """A piece over the first `rows` rows of its static inputs: the graph of the smallest bucket holding them
         (the head left the padded rows inert)."""
         return graphs.run(self.bucket(rows))
-
-
-@contextlib.contextmanager
-def native_convs() -> Iterator[None]:
-    """Eager VAE work off the step (priming, prompt encoding) runs PyTorch's native convolutions, not cuDNN's.
-
-    cuDNN builds an execution plan for every new conv shape, at about 35 ms a conv, and caches it per thread:
-    measured on an H200, an admission step whose number of newcomers the engine thread had not seen before took
-    ~920 ms instead of ~90 ms. These calls come in ever new shapes (batch of newcomers, prompt lengths), so they
-    skip cuDNN. The step's own VAE decode (`_finish`) keeps cuDNN: graphed, its plans are baked in at capture for
-    the bucket shapes; under enforce_eager it runs the graphs' code unchanged (cuDNN included) so that eager and
-    graphed steps give the same bits.
-    """
-    with torch.backends.cudnn.flags(enabled=False):
-        yield
 
 
 def most_steps_first(seqs: list[Sequence]) -> list[Sequence]:
