@@ -91,3 +91,41 @@ def test_icl_needs_the_transcript(loaded) -> None:
     clone = ClonePrompt(torch.zeros(96), torch.zeros(2, 16, dtype=torch.int64), None)
     with pytest.raises(PromptError, match="transcript"):
         _build(model, text="Hi", clone=clone)
+
+
+def _masked_rows(model, prompt) -> torch.Tensor:
+    """A prompt's rows as the reference builds them: each track embedded where present, the x-vector and the
+    reference frames added on their rows."""
+    rows = torch.zeros(len(prompt), model.config.talker.stack.hidden_size)
+    has_text, has_codec = prompt.text_ids >= 0, prompt.codec_ids >= 0
+    rows[has_text] = model.text_embed(prompt.text_ids[has_text])
+    rows[has_codec] += model.codec_embed(prompt.codec_ids[has_codec])
+    if prompt.speaker_row is not None:
+        rows[prompt.speaker_row] += prompt.speaker_vector
+    if prompt.ref_codes is not None:
+        rows[prompt.ref_start : prompt.ref_start + len(prompt.ref_codes)] += model.frame_embed(prompt.ref_codes)
+    return rows
+
+
+def test_prompts_embed_batched_as_each_alone(loaded) -> None:
+    """`embed_prompts` (every track embedded for every row, masked; ids staged by the caller, padded with -1) gives
+    each prompt's rows bit for bit as the reference's masked form, batched or alone, and zero padded rows."""
+    model = loaded("base-0.6b")
+    gen = torch.Generator().manual_seed(0)
+    vector = torch.randn(model.config.talker.stack.hidden_size, generator=gen)
+    codes = torch.randint(0, 2048, (5, 16), generator=gen)
+    prompts = [
+        _build(model, text="Hello there."),
+        _build(model, text="Hi", clone=ClonePrompt(vector)),
+        _build(model, text="Good morning.", clone=ClonePrompt(vector, codes, "Yo")),
+    ]
+    with torch.inference_mode():
+        expected = torch.cat([_masked_rows(model.model, p) for p in prompts])
+        n = expected.shape[0]
+        assert torch.equal(model.model.embed_prompts(prompts), expected)
+        assert torch.equal(torch.cat([model.model.embed_prompt(p) for p in prompts]), expected)
+        ids = torch.full((2, n + 7), -1, dtype=torch.int64)
+        ids[0, :n] = torch.cat([p.text_ids for p in prompts])
+        ids[1, :n] = torch.cat([p.codec_ids for p in prompts])
+        padded = model.model.embed_prompts(prompts, ids)
+    assert torch.equal(padded[:n], expected) and not padded[n:].any()
