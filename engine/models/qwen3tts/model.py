@@ -87,12 +87,15 @@ class CodePredictor(nn.Module):
         """hidden [B, H_talker] (talker output), first [B, H_talker] = E0(c0) -> codes [B, groups-1]; codebook g
         draws with `noise(g, vocab)`."""
         groups = len(self.lm_head)
-        caches = self.model.new_caches(hidden.shape[0], groups + 1, hidden.device, hidden.dtype)
+        # K/V kept in fp32, where the attention reads them: the bf16 values exactly, without a conversion per pass
+        caches = self.model.new_caches(hidden.shape[0], groups + 1, hidden.device, torch.float32)
+        # cos/sin of every position once a frame, not once a pass (the same numbers: elementwise from positions)
+        rope = self.model.rope(torch.arange(groups + 1, device=hidden.device))
         x = self._project(torch.stack((hidden, first), dim=1))
         codes = []
         for g in range(groups):
             start = 0 if g == 0 else g + 1
-            out = self.model.forward_cached(x, start, caches)
+            out = self.model.forward_cached(x, start, caches, rope)
             logits = self.lm_head[g](out[:, -1]).float()
             code = choose(logits, sampling, noise(g + 1, logits.shape[-1]))
             codes.append(code)

@@ -82,8 +82,8 @@ class Attention(nn.Module):
         q, k, v = self._qkv(x, rope)
         k_cache, v_cache = cache
         end = start + x.shape[1]
-        k_cache[:, start:end] = k.to(k_cache.dtype)
-        v_cache[:, start:end] = v.to(v_cache.dtype)
+        k_cache[:, start:end] = k  # cast in the copy (the code predictor keeps its caches in fp32)
+        v_cache[:, start:end] = v
         batch, len_q = x.shape[:2]
         group = self.num_heads // self.num_kv_heads
         qg = q.float().reshape(batch, len_q, self.num_kv_heads, group, self.head_dim)
@@ -141,10 +141,20 @@ class Qwen3Stack(nn.Module):
         return self.norm(x)
 
     def forward_cached(
-        self, x: torch.Tensor, start: int, caches: list[tuple[torch.Tensor, torch.Tensor]]
+        self,
+        x: torch.Tensor,
+        start: int,
+        caches: list[tuple[torch.Tensor, torch.Tensor]],
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """x [B, S, hidden] at positions start.. of every row, one (k, v) cache per layer -> normed [B, S, hidden]."""
-        rope = self.rope(torch.arange(start, start + x.shape[1], device=x.device))
+        """x [B, S, hidden] at positions start.. of every row, one (k, v) cache per layer -> normed [B, S, hidden].
+        `rope`: cos/sin of positions 0.. (at least start + S of them), which a caller running many passes computes
+        once; else computed here."""
+        end = start + x.shape[1]
+        if rope is None:
+            rope = self.rope(torch.arange(start, end, device=x.device))
+        else:
+            rope = (rope[0][start:end], rope[1][start:end])
         for layer, cache in zip(self.layers, caches, strict=True):
             x = layer(x, lambda a, h, cache=cache: a.cached(h, rope, cache, start))
         return self.norm(x)
