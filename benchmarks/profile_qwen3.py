@@ -207,6 +207,8 @@ def profile(core: EngineCore, batch: int, steps: int, top: int, ref_frames: int)
     line["kernels_admit"] = kernel_breakdown(lambda: (admit(), abort_all()), top) if cuda else None
 
     admit()
+    if (running := len(core.scheduler.running)) != batch:
+        raise RuntimeError(f"{running} requests decode, not {batch}: the profile would mix batch sizes")
     step_times = []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -275,7 +277,7 @@ def main(args: argparse.Namespace) -> None:
         model=args.model,
         device=args.device,
         max_num_seqs=max(args.batch),
-        max_model_len=1024,
+        max_model_len=512,  # prompt + the profiled frames, with room
         enforce_eager=args.enforce_eager,
         **({} if args.prefill_graph_tokens is None else {"prefill_graph_tokens": args.prefill_graph_tokens}),
     )
