@@ -88,6 +88,7 @@ async def main(args: argparse.Namespace) -> None:
         enforce_eager=args.eager,
         max_loras=max(args.max_loras, args.loras + args.hot_load),
         max_lora_rank=args.lora_rank,
+        **({} if args.prefill_graph_tokens is None else {"prefill_graph_tokens": args.prefill_graph_tokens}),
     )
     engine = AsyncEngine(config)
     await engine.start()
@@ -101,7 +102,8 @@ async def main(args: argparse.Namespace) -> None:
     sample_rate = engine.info.sample_rate
     info = engine.info
     header = {"engine": "voxstream", "model_info": info.name, "family": info.family, "architecture": info.architecture}
-    print(json.dumps(header | {"sample_rate": sample_rate, "enforce_eager": config.enforce_eager}), flush=True)
+    settings = {"enforce_eager": config.enforce_eager, "prefill_graph_tokens": config.prefill_graph_tokens}
+    print(json.dumps(header | {"sample_rate": sample_rate} | settings), flush=True)
     for _ in range(args.warmup):
         await asyncio.gather(*[one(engine, args.steps, sample_rate) for _ in range(8)])
     cuda = torch.cuda.is_available() and config.device != "cpu"
@@ -162,6 +164,11 @@ if __name__ == "__main__":
     p.add_argument("--max-model-len", type=int, default=1024)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--eager", action="store_true")
+    p.add_argument(
+        "--prefill-graph-tokens",
+        type=int,
+        help="admissions replay prefill graphs up to this many prompt positions (default: the engine's; 0: eager)",
+    )
     p.add_argument("--outliers", type=int, default=0, help="requests per burst with --outlier-timesteps")
     p.add_argument("--outlier-timesteps", type=int, default=30)
     p.add_argument("--loras", type=int, default=0, help="random LoRA adapters the requests use round-robin")
