@@ -23,6 +23,11 @@ class EngineConfig:
     # coalesce_ms, and at most coalesce_max_ms after that first arrival.
     coalesce_ms: float = 1.0
     coalesce_max_ms: float = 20.0
+    # While streams play, a step admits only the prompts it can prefill before the stream with the least audio ahead
+    # runs dry, with pacing_margin_ms to spare; pacing holds the queue's head at most pacing_max_hold_ms (pacing.py).
+    pace_admissions: bool = True
+    pacing_margin_ms: float = 50.0
+    pacing_max_hold_ms: float = 500.0
     max_buffered_chunks: int = 32  # a request whose consumer lags this far is paused (no engine work)
     attention_backend: str = "auto"  # auto | flash_attn | sdpa | torch
     enforce_eager: bool = False  # no CUDA graphs
@@ -53,6 +58,7 @@ class EngineConfig:
         assert self.max_patches >= 1
         assert 0 < self.kv_memory_fraction <= 1
         assert 0 <= self.coalesce_ms <= self.coalesce_max_ms
+        assert self.pacing_margin_ms >= 0 and self.pacing_max_hold_ms >= 0
         assert self.max_buffered_chunks >= 1
         assert self.prefill_graph_tokens >= 0
         assert self.max_loras >= 0 and self.max_lora_rank >= 1 and self.lora_modules

@@ -5,6 +5,7 @@ The model is the family's ModelRunner (engine/models/family.py), picked from the
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from engine.models.family import ModelRunner
 from engine.models.registry import load_runner
 from engine.noise import draw_seed
 from engine.outputs import AudioChunk, EngineError, EngineStats
+from engine.pacing import AdmissionPacer
 from engine.params import GenerationRequest
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
@@ -23,11 +25,19 @@ _EMA = 0.1  # weight of the newest step in the step-time and batch-size averages
 
 
 class EngineCore:
-    def __init__(self, config: EngineConfig, runner: ModelRunner | None = None) -> None:
+    def __init__(
+        self, config: EngineConfig, runner: ModelRunner | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = config
         self.runner = runner or load_runner(config)
         self.info = self.runner.info
-        self.scheduler = Scheduler(config, self.runner.num_kv_blocks)
+        self.clock = clock  # steps' durations and chunks' emission times (tests drive it)
+        self.pacer = (
+            AdmissionPacer(config, self.info.samples_per_patch / self.info.sample_rate, clock)
+            if config.pace_admissions
+            else None
+        )
+        self.scheduler = Scheduler(config, self.runner.num_kv_blocks, self.pacer)
         self.healthy = True
         self.num_steps = 0
         self.step_ms_avg = 0.0
@@ -127,11 +137,12 @@ class EngineCore:
         """
         if not self.healthy:
             raise EngineError("the engine has failed")
-        start = time.perf_counter()
+        start = self.clock()
         try:
             batch = self.scheduler.schedule()
             if not batch:
                 return []
+            admitted = [seq.num_prompt for seq in batch if seq.is_prefill]
             result = self.runner.run(batch)
             self.scheduler.postprocess(result.seqs, result.stops)
         except Exception as exc:
@@ -144,7 +155,10 @@ class EngineCore:
             AudioChunk(seq.request_id, seq.num_generated - 1, result.samples[i], latents[i], seq.finish_reason)
             for i, seq in enumerate(result.seqs)
         ]
-        self._record(len(batch), time.perf_counter() - start)
+        seconds = self.clock() - start
+        self._record(len(batch), seconds)
+        if self.pacer is not None:
+            self.pacer.record(len(batch) - len(admitted), sum(admitted), seconds)
         return chunks
 
     def fail(self) -> None:

@@ -4,7 +4,8 @@ Every step decodes all running requests and, in the same batch, prefills newly a
 admission never freezes the streams already playing (the anchor engine runs prefill-only steps). The
 per-step prefill is bounded by `max_prefill_tokens`, which bounds how much an admission can stretch a
 step. Admission is FIFO and stops at the first request that does not fit (slots, KV blocks, prefill
-budget), so a long prompt cannot be overtaken forever by short ones.
+budget), so a long prompt cannot be overtaken forever by short ones. With an AdmissionPacer (engine/pacing.py) the
+prefill budget is also what the playing streams can spare: an admission must not run them dry.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ from collections import deque
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.outputs import FinishReason
+from engine.pacing import AdmissionPacer
 from engine.sequence import Sequence, SequenceStatus
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, num_kv_blocks: int) -> None:
+    def __init__(self, config: EngineConfig, num_kv_blocks: int, pacer: AdmissionPacer | None = None) -> None:
         self.max_num_seqs = config.max_num_seqs
         self.max_model_len = config.max_model_len
         self.max_prefill_tokens = config.max_prefill_tokens
         self.max_patches = config.max_patches
         self.block_manager = BlockManager(num_kv_blocks, config.kv_block_size)
+        self.pacer = pacer  # None: every step may admit max_prefill_tokens
         # One slot per admitted request indexes its device state; pop() hands out the lowest first.
         self.free_slots: list[int] = list(reversed(range(config.max_num_seqs)))
         self.waiting: deque[Sequence] = deque()
@@ -72,6 +75,8 @@ class Scheduler:
         """The next step's batch: every running request (one decode position each), then admissions."""
         batch = [seq for seq in self.running if seq.status is SequenceStatus.RUNNING]
         budget = self.max_prefill_tokens
+        if self.pacer is not None and self.waiting:
+            budget = self.pacer.budget(batch, self.waiting[0].num_prompt)
         while self._can_admit_head(budget):
             seq = self.waiting.popleft()
             self.block_manager.allocate(seq)
@@ -96,6 +101,8 @@ class Scheduler:
         for seq, stop in zip(batch, stops, strict=True):
             seq.num_cached = seq.num_positions
             seq.num_generated += 1
+            if self.pacer is not None:
+                self.pacer.emitted(seq)
             # The reference honours the stop head only from patch index min_patches + 1 (`i > min_len`).
             if stop and seq.num_generated - 1 > seq.params.min_patches:
                 self._finish(seq, FinishReason.STOP)
@@ -129,6 +136,8 @@ class Scheduler:
         seq = self.requests.get(request_id)
         if seq is not None and seq.status is SequenceStatus.PAUSED:
             seq.status = SequenceStatus.RUNNING
+            if self.pacer is not None:
+                self.pacer.resumed(seq)
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
         if seq.status is not SequenceStatus.WAITING:

@@ -54,6 +54,10 @@ class Sequence:
     num_cached: int = 0  # positions whose KV is written
     num_generated: int = 0  # patches generated (and emitted) so far
     finish_reason: FinishReason | None = None
+    # Written by engine.pacing only: when the consumer is taken to have started playing (the first chunk's emission,
+    # or the latest resume; None before the first chunk), and how many patches before then it is not credited with.
+    play_start: float | None = None
+    play_skipped: int = 0
 
     @property
     def num_prompt(self) -> int:

@@ -4,16 +4,17 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.outputs import FinishReason
+from engine.pacing import AdmissionPacer
 from engine.params import GenerationParams
 from engine.scheduler import Scheduler
 from engine.sequence import SequenceStatus
 from tests.engine.helpers import make_seq
 
 
-def make_scheduler(num_kv_blocks: int = 64, **overrides) -> Scheduler:
+def make_scheduler(num_kv_blocks: int = 64, pacer: AdmissionPacer | None = None, **overrides) -> Scheduler:
     fields = dict(model="unused", max_num_seqs=4, max_model_len=64, kv_block_size=4, max_prefill_tokens=32)
     fields.update(overrides)
-    return Scheduler(EngineConfig(**fields), num_kv_blocks)
+    return Scheduler(EngineConfig(**fields), num_kv_blocks, pacer)
 
 
 def check_invariants(scheduler: Scheduler) -> None:
@@ -182,3 +183,28 @@ def test_invariants_hold_under_random_traffic():
         finished = scheduler.postprocess(batch, [rng.random() < 0.1 for _ in batch])
         assert all(seq.status is SequenceStatus.FINISHED and not seq.block_table for seq in finished)
         check_invariants(scheduler)
+
+
+def test_pacing_admits_fewer_while_streams_are_short_of_audio_and_all_when_idle():
+    from tests.engine.test_pacing import FakeClock, make_pacer
+
+    clock = FakeClock()
+    pacer = make_pacer(clock, max_prefill_tokens=32)  # margin 50 ms
+    pacer.record(decode_rows=0, admitted_positions=100, seconds=0.1)  # 1 ms a prompt position
+    pacer.record(decode_rows=3, admitted_positions=0, seconds=0.02)  # 20 ms a decode step
+    scheduler = make_scheduler(num_kv_blocks=128, max_num_seqs=8, pacer=pacer)
+    for name in "abc":
+        scheduler.add(make_seq(name))
+    assert [seq.request_id for seq in step(scheduler)[0]] == ["a", "b", "c"]  # idle: the whole burst
+    for name in "def":
+        scheduler.add(make_seq(name))
+    clock.now = 0.085  # 75 ms of audio left: room for 5 ms of prefill, under one 8-position prompt
+    assert [seq.request_id for seq in step(scheduler)[0]] == ["a", "b", "c"]
+    clock.now = 0.1  # one more patch each: 220 ms left, room for all
+    assert [seq.request_id for seq in step(scheduler)[0]] == ["a", "b", "c", "d", "e", "f"]
+    for name in "def":
+        scheduler.pause(name)
+    scheduler.add(make_seq("g"))
+    clock.now = 0.25  # d, e, f have 10 ms left but are paused: a, b, c's 230 ms decide
+    assert [seq.request_id for seq in step(scheduler)[0]] == ["a", "b", "c", "g"]
+    check_invariants(scheduler)
