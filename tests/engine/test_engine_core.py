@@ -10,6 +10,7 @@ from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
 from engine.outputs import AudioChunk, EngineError, FinishReason
 from engine.params import GenerationParams, GenerationRequest, Prompt
 from tests.engine.helpers import engine_config
+from tests.engine.test_pacing import FakeClock
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +183,38 @@ def test_step_failure_fails_every_request(checkpoint, monkeypatch):
     assert not core.has_work()
     with pytest.raises(EngineError):
         core.add_request(make_request("c"))
+
+
+@pytest.mark.parametrize("pace", [True, False])
+def test_paced_burst_is_fully_admitted_without_running_streams_dry(checkpoint, monkeypatch, pace):
+    """A second wave arrives while the first plays; a step costs 50 ms plus 20 ms a prompt position (a clock the test
+    drives). Unpaced, the wave's admission runs the first wave dry; paced, it goes in a few at a time and nobody
+    starves. Either way every request finishes at its cap."""
+    clock = FakeClock()
+    core = EngineCore(engine_config(checkpoint, max_num_seqs=8, pace_admissions=pace), clock=clock)
+    run = core.runner.run
+
+    def timed_run(batch):
+        clock.now += 0.05 + 0.02 * sum(seq.num_prompt for seq in batch if seq.is_prefill)
+        return run(batch)
+
+    monkeypatch.setattr(core.runner, "run", timed_run)
+    emitted = defaultdict(list)  # request -> emission time of each chunk
+
+    def step() -> None:
+        for chunk in core.step():
+            emitted[chunk.request_id].append(clock.now)
+
+    for i in range(2):
+        core.add_request(make_request(f"first{i}", max_patches=12))
+    step()
+    step()  # a decode step: the pacer now knows both costs
+    for i in range(6):
+        core.add_request(make_request(f"second{i}", max_patches=12))
+    while core.has_work():
+        step()
+    assert sorted(emitted) == sorted([f"first{i}" for i in range(2)] + [f"second{i}" for i in range(6)])
+    assert all(len(times) == 12 for times in emitted.values())
+    patch_s = core.info.samples_per_patch / core.info.sample_rate
+    starved = [name for name, times in emitted.items() if any(t > times[0] + k * patch_s for k, t in enumerate(times))]
+    assert (starved == []) is pace
