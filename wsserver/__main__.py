@@ -13,7 +13,6 @@ import signal
 
 import uvloop
 
-from engine import EngineConfig
 from wsserver.config import ServerConfig, parse_args, resolve_model
 from wsserver.loras import resolve_start_loras
 from wsserver.server import TTSServer
@@ -35,15 +34,10 @@ async def serve_in_process(config: ServerConfig) -> None:
     await server.listen()
     logger.info("listening on %s:%d", config.bind_host, config.port)
     [device] = config.engine_devices()  # one process serves one engine
-    engine_config = EngineConfig(
-        model=await asyncio.to_thread(resolve_model, config),
-        device=device.device if device.gpu is None else f"cuda:{device.gpu}",
-        max_num_seqs=config.max_num_seqs,
-        max_patches=config.max_patches,
-        coalesce_ms=config.coalesce_ms,
-        max_loras=config.lora_slots(),
-        max_lora_rank=config.max_lora_rank,
-        loras=await asyncio.to_thread(resolve_start_loras, config),
+    engine_config = config.engine_config(
+        await asyncio.to_thread(resolve_model, config),
+        device.device if device.gpu is None else f"cuda:{device.gpu}",
+        await asyncio.to_thread(resolve_start_loras, config),
     )
     engine = await asyncio.to_thread(AsyncEngine, engine_config)
     await engine.start()

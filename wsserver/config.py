@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.config import EngineConfig
 from engine.lora.source import AdapterSource, SourceError, parse_specs
 from wsserver.admission import ClientLimits
 from wsserver.decoding import UploadLimits
@@ -54,6 +55,8 @@ class ServerConfig:
     max_num_seqs: int = 64  # engine slots: segments generating at once; more wait in the server's FIFO
     max_patches: int = 2000  # absolute cap on patches per segment
     coalesce_ms: float = 1.0  # idle engine: admit a burst once no request arrived for this long (EngineConfig)
+    pace_admissions: bool = True  # admit only what the playing streams' buffered audio can spare (EngineConfig)
+    pacing_margin_ms: float = 50.0  # audio a stream keeps in hand when admissions are paced (EngineConfig)
     carry_s: float = 3.0  # audio carried from one segment to the next for voice continuity
     voices_dir: Path | None = None
     voices_store: Path = DEFAULT_VOICES_STORE
@@ -95,6 +98,21 @@ class ServerConfig:
         if self.workers is not None:
             return self.workers
         return max(1, min(16, available_cores() - len(self.engine_devices()) - 1))
+
+    def engine_config(self, model: str, device: str, loras: tuple[tuple[str, str], ...]) -> EngineConfig:
+        """The configuration of one engine: the server's engine settings, on `device`, with its start-up adapters."""
+        return EngineConfig(
+            model=model,
+            device=device,
+            max_num_seqs=self.max_num_seqs,
+            max_patches=self.max_patches,
+            coalesce_ms=self.coalesce_ms,
+            pace_admissions=self.pace_admissions,
+            pacing_margin_ms=self.pacing_margin_ms,
+            max_loras=self.lora_slots(),
+            max_lora_rank=self.max_lora_rank,
+            loras=loras,
+        )
 
     def client_limits(self) -> ClientLimits:
         return ClientLimits(self.max_connections_per_client, self.handshakes_per_client_s)
@@ -142,6 +160,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("max-num-seqs", int, defaults.max_num_seqs, "engine slots (segments generating at once)")
     option("max-patches", int, defaults.max_patches, "cap on generated patches per segment")
     option("coalesce-ms", float, defaults.coalesce_ms, "idle engine: admit a burst once nothing arrived for this long")
+    option("pace-admissions", _switch, defaults.pace_admissions, "on: a step admits what playing streams can spare")
+    option("pacing-margin-ms", float, defaults.pacing_margin_ms, "paced admissions: audio each stream keeps in hand")
     option("carry-s", float, defaults.carry_s, "seconds of audio carried between segments of a context")
     option("voices-dir", Path, defaults.voices_dir, "NAME.wav + NAME.txt prompt voices")
     option("voices-store", Path, defaults.voices_store, "directory of uploaded voices (may be shared by replicas)")
@@ -173,6 +193,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         loras = tuple(parse_specs(args.lora))
     except SourceError as exc:
         parser.error(f"--lora: {exc}")
+    if args.pacing_margin_ms < 0:
+        parser.error("--pacing-margin-ms must be >= 0")
     if args.max_loras < 0 or args.max_lora_rank < 1:
         parser.error("--max-loras must be >= 0 and --max-lora-rank >= 1")
     if args.max_loras and len(loras) > args.max_loras:
@@ -193,6 +215,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         max_num_seqs=args.max_num_seqs,
         max_patches=args.max_patches,
         coalesce_ms=args.coalesce_ms,
+        pace_admissions=args.pace_admissions,
+        pacing_margin_ms=args.pacing_margin_ms,
         carry_s=args.carry_s,
         voices_dir=args.voices_dir,
         voices_store=args.voices_store,
@@ -220,6 +244,16 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     except ValueError as exc:
         parser.error(str(exc))
     return config
+
+
+def _switch(text: str) -> bool:
+    """'on'/'off' (also true/false, yes/no, 1/0) -> bool."""
+    word = text.strip().lower()
+    if word in ("on", "true", "yes", "1"):
+        return True
+    if word in ("off", "false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not on or off")
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -129,16 +129,7 @@ class Supervisor:
             shutil.rmtree(self.runtime, ignore_errors=True)
 
     def _start_engine(self, index: int, model: str, device: str, gpu: str | None) -> tuple[SpawnProcess, Connection]:
-        config = EngineConfig(
-            model=model,
-            device=device,
-            max_num_seqs=self.config.max_num_seqs,
-            max_patches=self.config.max_patches,
-            coalesce_ms=self.config.coalesce_ms,
-            max_loras=self.config.lora_slots(),
-            max_lora_rank=self.config.max_lora_rank,
-            loras=self.loras,
-        )
+        config = self.config.engine_config(model, device, self.loras)
         ours, theirs = _spawn.Pipe()
         process = _spawn.Process(
             target=_engine_main, args=(config, self.engine_paths[index], theirs, gpu), name=f"engine-{index}"

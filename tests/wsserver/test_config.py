@@ -47,3 +47,23 @@ def test_bad_lora_flags(argv: list[str], message: str, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit):
         parse_args(argv, {})
     assert message in capsys.readouterr().err
+
+
+def test_pacing_flags_reach_the_engine_config() -> None:
+    defaults = parse_args([], {}).engine_config("m", "cpu", ())
+    assert (defaults.pace_admissions, defaults.pacing_margin_ms) == (True, 50.0)
+    config = parse_args(["--pacing-margin-ms", "80", "--max-loras", "2"], {"TTSWS_PACE_ADMISSIONS": "off"})
+    engine = config.engine_config("m", "cuda", (("calm", "/a"),))
+    assert (engine.pace_admissions, engine.pacing_margin_ms, engine.model, engine.device) == (False, 80.0, "m", "cuda")
+    assert (engine.max_num_seqs, engine.max_loras, engine.loras) == (config.max_num_seqs, 2, (("calm", "/a"),))
+    assert parse_args(["--pace-admissions", "on"], {"TTSWS_PACE_ADMISSIONS": "off"}).pace_admissions
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--pace-admissions", "maybe"], "'maybe' is not on or off"), (["--pacing-margin-ms", "-1"], ">= 0")],
+)
+def test_bad_pacing_flags(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv, {})
+    assert message in capsys.readouterr().err
