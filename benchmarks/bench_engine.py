@@ -23,6 +23,9 @@ adapter in the middle of every burst. Every line gives the worst gap between two
     python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 256                  # no LoRA
     python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 256 --loras 8        # 8 mixed
     python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 256 --loras 8 --hot-load
+
+`--pace-admissions off` turns the engine's admission pacing (engine/pacing.py) off, for an A/B of a burst's gaps and
+TTFB; every line says which (`pace_admissions`).
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ async def main(args: argparse.Namespace) -> None:
         max_loras=max(args.max_loras, args.loras + args.hot_load),
         max_lora_rank=args.lora_rank,
         **({} if args.prefill_graph_tokens is None else {"prefill_graph_tokens": args.prefill_graph_tokens}),
+        pace_admissions=args.pace_admissions == "on",
     )
     engine = AsyncEngine(config)
     await engine.start()
@@ -138,6 +142,7 @@ async def main(args: argparse.Namespace) -> None:
             "loras": len(names),
             "max_loras": config.max_loras,
             "hot_load": hot is not None,
+            "pace_admissions": config.pace_admissions,
         }
         if outliers:
             others = results[outliers:] or results
@@ -176,4 +181,5 @@ if __name__ == "__main__":
     p.add_argument("--lora-rank", type=int, default=32)
     p.add_argument("--hot-load", action="store_true", help="load and unload one more adapter during each burst")
     p.add_argument("--hot-load-delay-s", type=float, default=2.0)
+    p.add_argument("--pace-admissions", choices=["on", "off"], default="on", help="engine admission pacing (A/B)")
     asyncio.run(main(p.parse_args()))

@@ -33,6 +33,9 @@ One JSON line per setting and session count:
   when its processes cannot be read (a server on another host);
 - `engine`: the engine's step time and batch size (means of /status samples taken every 0.25 s).
 
+`--server-args='--pace-admissions off'` passes more flags to the server it starts (an A/B of one engine setting); each
+line repeats them (`server_args`).
+
 `--profile-sessions N --profile-out FILE` also records the server's processes with py-spy (collapsed stacks of every
 thread of every process, `py-spy record --subprocesses --format raw`) while the level of N sessions runs.
 
@@ -50,6 +53,7 @@ import contextlib
 import functools
 import os
 import resource
+import shlex
 import signal
 import socket
 import statistics
@@ -365,6 +369,7 @@ def result_line(
         "model": level.model,
         "max_patches": args.max_patches,
         "word_gap_ms": args.word_gap_ms,
+        "server_args": args.server_args,
         "workers": len(roles.get("workers", [])),
         "engines": len(roles["engines"]) if "engines" in roles else 1,  # a server in one process serves one engine
         "first_text_to_first_frame_ms": {
@@ -464,6 +469,7 @@ def main(args: argparse.Namespace) -> None:
         command += ["--max-num-seqs", most, "--max-connections", most, "--max-patches", str(args.max_patches)]
         if args.workers is not None:
             command += ["--workers", str(args.workers)]
+        command += shlex.split(args.server_args)
         # A separate process tree, as in production: the clients' own work must not share the server's cores' GIL.
         server = subprocess.Popen(command, stdout=sys.stderr)
         try:
@@ -496,6 +502,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         help="one rate for every format, or one per format (default: the model's for PCM, 48000 Opus, 8000 mu-law)",
     )
+    server_args_help = "more flags for the server it starts: --server-args='--pace-admissions off'"
+    parser.add_argument("--server-args", default="", help=server_args_help)
     parser.add_argument("--profile-sessions", type=int, help="record the server with py-spy during this level")
     parser.add_argument("--profile-out", default="artifacts/ws-profile.txt", help="py-spy's collapsed stacks")
     args = parser.parse_args(argv)
@@ -505,6 +513,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(str(bad))
     if any(count < 1 for count in args.sessions or ()):
         parser.error("--sessions counts must be at least 1")
+    if args.url is not None and args.server_args:
+        parser.error("--server-args are for the server this script starts, not one at --url")
     if args.url is not None and args.profile_sessions is not None:
         parser.error("--profile-sessions records the server this script starts, not one at --url")
     args.sessions = args.sessions or ([1, 32, 128, 256] if args.device.startswith("cuda") else [1, 8])

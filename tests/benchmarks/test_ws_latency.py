@@ -36,6 +36,7 @@ def test_two_sessions_in_each_format_report_latency_audio_and_cpu(tiny_checkpoin
         *("--sessions", "2", "--workers", "2", "--max-patches", "8"),
         # One word, sent at once and ended: one segment per context, however the machine's load times the appends.
         *("--text", "Morning.", "--format", "pcm_s16le", "opus", "mulaw"),
+        "--server-args=--pace-admissions off --coalesce-ms 2",  # flags the server it starts takes
     ]
     run = subprocess.run(
         command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, timeout=300, check=False
@@ -50,6 +51,7 @@ def test_two_sessions_in_each_format_report_latency_audio_and_cpu(tiny_checkpoin
     pcm = lines[0]
     for line in lines:
         assert line["workers"] == 2 and line["engines"] == 1
+        assert line["server_args"] == "--pace-admissions off --coalesce-ms 2"
         latency = line["first_text_to_first_frame_ms"]
         assert 0 < latency["p50"] <= latency["p90"] <= latency["p95"] <= latency["p99"] <= latency["max"]
         # Counted from the packets (Opus: their TOC bytes), the audio is what the server sent, and as long in
@@ -109,6 +111,7 @@ def test_settings_pair_rates_with_formats_and_refuse_what_the_server_cannot_make
         ("--format", "flac"): "invalid choice",
         ("--sessions", "0"): "at least 1",
         ("--url", "http://127.0.0.1:1", "--profile-sessions", "8"): "not one at --url",
+        ("--url", "http://127.0.0.1:1", "--server-args=--workers 1"): "--server-args are for the server",
     }
     for argv, message in refused.items():
         with pytest.raises(SystemExit):

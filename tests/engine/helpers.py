@@ -9,6 +9,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.models.voxcpm.prompt import HostPrompt, reference_patch_cap
+from engine.pacing import AdmissionPacer
 from engine.params import GenerationParams
 from engine.sequence import Sequence
 
@@ -52,3 +53,25 @@ def engine_config(checkpoint: Path, **overrides: Any) -> EngineConfig:
     )
     fields.update(overrides)
     return EngineConfig(**fields)
+
+
+PATCH_S = 0.16  # a VoxCPM2 patch, in seconds
+
+
+class FakeClock:
+    """A monotonic clock that a test moves (`clock.now = ...`)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_pacer(clock: FakeClock, **overrides: Any) -> AdmissionPacer:
+    """A pacer of PATCH_S patches: max_prefill_tokens 4000, margin 50 ms, hold at most 500 ms unless overridden."""
+    fields: dict[str, Any] = dict(
+        model="unused", max_prefill_tokens=4000, pacing_margin_ms=50.0, pacing_max_hold_ms=500.0
+    )
+    fields.update(overrides)
+    return AdmissionPacer(EngineConfig(**fields), PATCH_S, clock)

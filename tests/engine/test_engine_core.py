@@ -9,8 +9,7 @@ from engine.models.family import StepResult
 from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
 from engine.outputs import AudioChunk, EngineError, FinishReason
 from engine.params import GenerationParams, GenerationRequest, Prompt
-from tests.engine.helpers import engine_config
-from tests.engine.test_pacing import FakeClock
+from tests.engine.helpers import FakeClock, engine_config
 
 
 @pytest.fixture(scope="module")

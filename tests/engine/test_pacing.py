@@ -1,24 +1,7 @@
 import pytest
 
-from engine.config import EngineConfig
 from engine.pacing import AdmissionPacer
-from tests.engine.helpers import make_seq
-
-PATCH_S = 0.16
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make_pacer(clock: FakeClock, **overrides) -> AdmissionPacer:
-    fields = dict(model="unused", max_prefill_tokens=4000, pacing_margin_ms=50.0, pacing_max_hold_ms=500.0)
-    fields.update(overrides)
-    return AdmissionPacer(EngineConfig(**fields), PATCH_S, clock)
+from tests.engine.helpers import PATCH_S, FakeClock, make_pacer, make_seq
 
 
 def trained(clock: FakeClock, **overrides) -> AdmissionPacer:

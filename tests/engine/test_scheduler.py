@@ -8,7 +8,7 @@ from engine.pacing import AdmissionPacer
 from engine.params import GenerationParams
 from engine.scheduler import Scheduler
 from engine.sequence import SequenceStatus
-from tests.engine.helpers import make_seq
+from tests.engine.helpers import FakeClock, make_pacer, make_seq
 
 
 def make_scheduler(num_kv_blocks: int = 64, pacer: AdmissionPacer | None = None, **overrides) -> Scheduler:
@@ -186,8 +186,6 @@ def test_invariants_hold_under_random_traffic():
 
 
 def test_pacing_admits_fewer_while_streams_are_short_of_audio_and_all_when_idle():
-    from tests.engine.test_pacing import FakeClock, make_pacer
-
     clock = FakeClock()
     pacer = make_pacer(clock, max_prefill_tokens=32)  # margin 50 ms
     pacer.record(decode_rows=0, admitted_positions=100, seconds=0.1)  # 1 ms a prompt position
