@@ -93,6 +93,8 @@ async def main(args: argparse.Namespace) -> None:
         max_lora_rank=args.lora_rank,
         **({} if args.prefill_graph_tokens is None else {"prefill_graph_tokens": args.prefill_graph_tokens}),
         pace_admissions=args.pace_admissions == "on",
+        pacing_margin_ms=args.pacing_margin_ms,
+        pacing_max_hold_ms=args.pacing_max_hold_ms,
     )
     engine = AsyncEngine(config)
     await engine.start()
@@ -143,6 +145,7 @@ async def main(args: argparse.Namespace) -> None:
             "max_loras": config.max_loras,
             "hot_load": hot is not None,
             "pace_admissions": config.pace_admissions,
+            "pacing_margin_ms": config.pacing_margin_ms,
         }
         if outliers:
             others = results[outliers:] or results
@@ -182,4 +185,7 @@ if __name__ == "__main__":
     p.add_argument("--hot-load", action="store_true", help="load and unload one more adapter during each burst")
     p.add_argument("--hot-load-delay-s", type=float, default=2.0)
     p.add_argument("--pace-admissions", choices=["on", "off"], default="on", help="engine admission pacing (A/B)")
+    engine_defaults = EngineConfig(model="")
+    p.add_argument("--pacing-margin-ms", type=float, default=engine_defaults.pacing_margin_ms)
+    p.add_argument("--pacing-max-hold-ms", type=float, default=engine_defaults.pacing_max_hold_ms)
     asyncio.run(main(p.parse_args()))

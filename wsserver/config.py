@@ -57,6 +57,7 @@ class ServerConfig:
     coalesce_ms: float = 1.0  # idle engine: admit a burst once no request arrived for this long (EngineConfig)
     pace_admissions: bool = True  # admit only what the playing streams' buffered audio can spare (EngineConfig)
     pacing_margin_ms: float = 50.0  # audio a stream keeps in hand when admissions are paced (EngineConfig)
+    pacing_max_hold_ms: float = 500.0  # paced admissions: the longest the queue's head is held (EngineConfig)
     carry_s: float = 3.0  # audio carried from one segment to the next for voice continuity
     voices_dir: Path | None = None
     voices_store: Path = DEFAULT_VOICES_STORE
@@ -109,6 +110,7 @@ class ServerConfig:
             coalesce_ms=self.coalesce_ms,
             pace_admissions=self.pace_admissions,
             pacing_margin_ms=self.pacing_margin_ms,
+            pacing_max_hold_ms=self.pacing_max_hold_ms,
             max_loras=self.lora_slots(),
             max_lora_rank=self.max_lora_rank,
             loras=loras,
@@ -162,6 +164,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("coalesce-ms", float, defaults.coalesce_ms, "idle engine: admit a burst once nothing arrived for this long")
     option("pace-admissions", _switch, defaults.pace_admissions, "on: a step admits what playing streams can spare")
     option("pacing-margin-ms", float, defaults.pacing_margin_ms, "paced admissions: audio each stream keeps in hand")
+    option("pacing-max-hold-ms", float, defaults.pacing_max_hold_ms, "paced admissions: longest hold of the queue")
     option("carry-s", float, defaults.carry_s, "seconds of audio carried between segments of a context")
     option("voices-dir", Path, defaults.voices_dir, "NAME.wav + NAME.txt prompt voices")
     option("voices-store", Path, defaults.voices_store, "directory of uploaded voices (may be shared by replicas)")
@@ -193,8 +196,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         loras = tuple(parse_specs(args.lora))
     except SourceError as exc:
         parser.error(f"--lora: {exc}")
-    if args.pacing_margin_ms < 0:
-        parser.error("--pacing-margin-ms must be >= 0")
+    if args.pacing_margin_ms < 0 or args.pacing_max_hold_ms < 0:
+        parser.error("--pacing-margin-ms and --pacing-max-hold-ms must be >= 0")
     if args.max_loras < 0 or args.max_lora_rank < 1:
         parser.error("--max-loras must be >= 0 and --max-lora-rank >= 1")
     if args.max_loras and len(loras) > args.max_loras:
@@ -217,6 +220,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         coalesce_ms=args.coalesce_ms,
         pace_admissions=args.pace_admissions,
         pacing_margin_ms=args.pacing_margin_ms,
+        pacing_max_hold_ms=args.pacing_max_hold_ms,
         carry_s=args.carry_s,
         voices_dir=args.voices_dir,
         voices_store=args.voices_store,
