@@ -40,7 +40,8 @@ def make_seq(
 
 
 def engine_config(checkpoint: Path, **overrides: Any) -> EngineConfig:
-    """A small CPU engine for tiny checkpoints: fp32, few slots, short requests, small KV blocks."""
+    """A small CPU engine for tiny checkpoints: fp32, few slots, short requests, small KV blocks, and admissions that
+    do not depend on the machine's speed (no pacing: tests compare batchings bit for bit; pacing's tests ask for it)."""
     fields: dict[str, Any] = dict(
         model=str(checkpoint),
         device="cpu",
@@ -50,6 +51,7 @@ def engine_config(checkpoint: Path, **overrides: Any) -> EngineConfig:
         kv_block_size=16,
         max_patches=12,
         coalesce_ms=0.0,
+        pace_admissions=False,
     )
     fields.update(overrides)
     return EngineConfig(**fields)
