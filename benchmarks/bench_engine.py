@@ -184,7 +184,7 @@ if __name__ == "__main__":
     p.add_argument("--lora-rank", type=int, default=32)
     p.add_argument("--hot-load", action="store_true", help="load and unload one more adapter during each burst")
     p.add_argument("--hot-load-delay-s", type=float, default=2.0)
-    p.add_argument("--pace-admissions", choices=["on", "off"], default="on", help="engine admission pacing (A/B)")
+    p.add_argument("--pace-admissions", choices=["on", "off"], default="off", help="engine admission pacing (A/B)")
     engine_defaults = EngineConfig(model="")
     p.add_argument("--pacing-margin-ms", type=float, default=engine_defaults.pacing_margin_ms)
     p.add_argument("--pacing-max-hold-ms", type=float, default=engine_defaults.pacing_max_hold_ms)

@@ -25,7 +25,7 @@ class EngineConfig:
     coalesce_max_ms: float = 20.0
     # While streams play, a step admits only the prompts it can prefill before the stream with the least audio ahead
     # runs dry, with pacing_margin_ms to spare; pacing holds the queue's head at most pacing_max_hold_ms (pacing.py).
-    pace_admissions: bool = True
+    pace_admissions: bool = False
     pacing_margin_ms: float = 50.0
     pacing_max_hold_ms: float = 500.0
     max_buffered_chunks: int = 32  # a request whose consumer lags this far is paused (no engine work)

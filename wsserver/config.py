@@ -55,7 +55,7 @@ class ServerConfig:
     max_num_seqs: int = 64  # engine slots: segments generating at once; more wait in the server's FIFO
     max_patches: int = 2000  # absolute cap on patches per segment
     coalesce_ms: float = 1.0  # idle engine: admit a burst once no request arrived for this long (EngineConfig)
-    pace_admissions: bool = True  # admit only what the playing streams' buffered audio can spare (EngineConfig)
+    pace_admissions: bool = False  # admit only what the playing streams' buffered audio can spare (EngineConfig)
     pacing_margin_ms: float = 50.0  # audio a stream keeps in hand when admissions are paced (EngineConfig)
     pacing_max_hold_ms: float = 500.0  # paced admissions: the longest the queue's head is held (EngineConfig)
     carry_s: float = 3.0  # audio carried from one segment to the next for voice continuity

@@ -51,14 +51,14 @@ def test_bad_lora_flags(argv: list[str], message: str, capsys: pytest.CaptureFix
 
 def test_pacing_flags_reach_the_engine_config() -> None:
     defaults = parse_args([], {}).engine_config("m", "cpu", ())
-    assert (defaults.pace_admissions, defaults.pacing_margin_ms, defaults.pacing_max_hold_ms) == (True, 50.0, 500.0)
+    assert (defaults.pace_admissions, defaults.pacing_margin_ms, defaults.pacing_max_hold_ms) == (False, 50.0, 500.0)
     argv = ["--pacing-margin-ms", "80", "--pacing-max-hold-ms", "300", "--max-loras", "2"]
-    config = parse_args(argv, {"TTSWS_PACE_ADMISSIONS": "off"})
+    config = parse_args(argv, {"TTSWS_PACE_ADMISSIONS": "on"})
     engine = config.engine_config("m", "cuda", (("calm", "/a"),))
-    assert (engine.pace_admissions, engine.pacing_margin_ms, engine.pacing_max_hold_ms) == (False, 80.0, 300.0)
+    assert (engine.pace_admissions, engine.pacing_margin_ms, engine.pacing_max_hold_ms) == (True, 80.0, 300.0)
     assert (engine.model, engine.device) == ("m", "cuda")
     assert (engine.max_num_seqs, engine.max_loras, engine.loras) == (config.max_num_seqs, 2, (("calm", "/a"),))
-    assert parse_args(["--pace-admissions", "on"], {"TTSWS_PACE_ADMISSIONS": "off"}).pace_admissions
+    assert not parse_args(["--pace-admissions", "off"], {"TTSWS_PACE_ADMISSIONS": "on"}).pace_admissions
 
 
 @pytest.mark.parametrize(
