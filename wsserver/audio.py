@@ -120,9 +120,10 @@ def mulaw_encode(x: np.ndarray) -> bytes:
 
 
 class _OpusCodec:
-    def __init__(self, rate: int, frame_samples: int, bitrate: int) -> None:
+    def __init__(self, rate: int, frame_samples: int, bitrate: int, complexity: int) -> None:
         self.encoder = opuslib.Encoder(rate, 1, opuslib.APPLICATION_AUDIO)
         self.encoder.bitrate = bitrate
+        self.encoder.complexity = complexity
         self.rate, self.frame_samples = rate, frame_samples
 
     def header(self) -> bytes:
@@ -150,14 +151,15 @@ class AudioOut:
     segment is held back until the segment ends or more audio comes, because only then are its flags known.
     """
 
-    def __init__(self, output: OutputSettings, native_rate: int, handle: int) -> None:
+    def __init__(self, output: OutputSettings, native_rate: int, handle: int, opus_complexity: int = 10) -> None:
         assert output.sample_rate is not None, "resolve the output settings first"
         self.format, self.rate, self.handle = output.format, output.sample_rate, handle
         self.frame_samples = self.rate * output.frame_ms // 1000
         clock = OPUS_CLOCK if self.format == "opus" else self.rate
         self.pts_step = self.frame_samples * clock // self.rate
         self.resampler = Resampler(native_rate, self.rate)
-        self.opus = _OpusCodec(self.rate, self.frame_samples, output.bitrate) if self.format == "opus" else None
+        opus = self.format == "opus"
+        self.opus = _OpusCodec(self.rate, self.frame_samples, output.bitrate, opus_complexity) if opus else None
         self._pending = np.zeros(0, np.float32)
         self.next_seq = 0
         self.samples = 0  # samples sent, at the output rate

@@ -59,6 +59,8 @@ class ServerConfig:
     pacing_margin_ms: float = 50.0  # audio a stream keeps in hand when admissions are paced (EngineConfig)
     pacing_max_hold_ms: float = 500.0  # paced admissions: the longest the queue's head is held (EngineConfig)
     carry_s: float = 3.0  # audio carried from one segment to the next for voice continuity
+    # libopus's effort per frame, 0-10: its encoder is most of the workers' CPU at scale, and 5 costs about half of 10.
+    opus_complexity: int = 10
     voices_dir: Path | None = None
     voices_store: Path = DEFAULT_VOICES_STORE
     max_voices: int = 1000  # uploaded voices kept in the store
@@ -166,6 +168,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("pacing-margin-ms", float, defaults.pacing_margin_ms, "paced admissions: audio each stream keeps in hand")
     option("pacing-max-hold-ms", float, defaults.pacing_max_hold_ms, "paced admissions: longest hold of the queue")
     option("carry-s", float, defaults.carry_s, "seconds of audio carried between segments of a context")
+    option("opus-complexity", int, defaults.opus_complexity, "libopus encoder complexity, 0-10 (lower: less CPU)")
     option("voices-dir", Path, defaults.voices_dir, "NAME.wav + NAME.txt prompt voices")
     option("voices-store", Path, defaults.voices_store, "directory of uploaded voices (may be shared by replicas)")
     option("max-voices", int, defaults.max_voices, "uploaded voices kept")
@@ -198,6 +201,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         parser.error(f"--lora: {exc}")
     if args.pacing_margin_ms < 0 or args.pacing_max_hold_ms < 0:
         parser.error("--pacing-margin-ms and --pacing-max-hold-ms must be >= 0")
+    if not 0 <= args.opus_complexity <= 10:
+        parser.error(f"--opus-complexity must be 0-10, not {args.opus_complexity}")
     if args.max_loras < 0 or args.max_lora_rank < 1:
         parser.error("--max-loras must be >= 0 and --max-lora-rank >= 1")
     if args.max_loras and len(loras) > args.max_loras:
@@ -222,6 +227,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         pacing_margin_ms=args.pacing_margin_ms,
         pacing_max_hold_ms=args.pacing_max_hold_ms,
         carry_s=args.carry_s,
+        opus_complexity=args.opus_complexity,
         voices_dir=args.voices_dir,
         voices_store=args.voices_store,
         max_voices=args.max_voices,

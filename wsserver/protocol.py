@@ -103,6 +103,7 @@ class SessionConfig:
     limits: Limits = field(default_factory=Limits)
     defaults: m.Settings = field(default_factory=m.Settings)
     loras: LoRACatalog = field(default_factory=NoLoRAs)
+    opus_complexity: int = 10  # libopus encoder complexity of the session's Opus contexts (ServerConfig)
 
     @property
     def native_rate(self) -> int:
@@ -243,7 +244,7 @@ class Context:
         self.session = session
         self.id, self.handle, self.settings, self.voice = ctx, handle, settings, voice
         self.output = settings.output.resolved(session.config.native_rate)
-        self.audio = AudioOut(self.output, session.config.native_rate, handle)
+        self.audio = AudioOut(self.output, session.config.native_rate, handle, session.config.opus_complexity)
         self.segmenter = Segmenter(settings.buffering)
         self.state = ContextState.OPEN
         self.running: _Running | None = None

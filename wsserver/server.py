@@ -276,7 +276,14 @@ class Connection:
         self.websocket = websocket
         info = server.engine.info
         self.session = Session(
-            SessionConfig(uuid.uuid4().hex, info, server.voices, server.config.limits, loras=LoRAs(server.engines)),
+            SessionConfig(
+                uuid.uuid4().hex,
+                info,
+                server.voices,
+                server.config.limits,
+                loras=LoRAs(server.engines),
+                opus_complexity=server.config.opus_complexity,
+            ),
             server.metrics,
             time.monotonic(),
         )

@@ -68,6 +68,16 @@ def test_opus_frames_decode_and_the_header_announces_the_stream() -> None:
     assert all(len(decoder.decode(payload, 320)) == 640 for _, payload in frames)
 
 
+@pytest.mark.parametrize("complexity", [0, 5])
+def test_opus_complexity_reaches_the_encoder_and_frames_still_decode(complexity: int) -> None:
+    output = OutputSettings(format="opus", sample_rate=48000, frame_ms=20, bitrate=32000)
+    out = AudioOut(output, 48000, handle=1, opus_complexity=complexity)
+    assert out.opus is not None and out.opus.encoder.complexity == complexity
+    tone = (0.3 * np.sin(2 * np.pi * 300 * np.arange(7680) / 48000)).astype(np.float32)
+    decoder = opuslib.Decoder(48000, 1)
+    assert all(len(decoder.decode(payload, 960)) == 1920 for _, payload in frames_of(out, [tone], 0, last=True))
+
+
 def test_resampler_takes_a_chunk_too_small_to_complete_an_output() -> None:
     """Found by the fuzzer: decimating, a chunk that completes no output sample (empty, or a few samples) met a buffer
     shorter than one filter window, and numpy's sliding_window_view raised."""

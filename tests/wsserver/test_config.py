@@ -69,3 +69,16 @@ def test_bad_pacing_flags(argv: list[str], message: str, capsys: pytest.CaptureF
     with pytest.raises(SystemExit):
         parse_args(argv, {})
     assert message in capsys.readouterr().err
+
+
+def test_opus_complexity_flag() -> None:
+    assert parse_args([], {}).opus_complexity == 10  # libopus's own default
+    assert parse_args([], {"TTSWS_OPUS_COMPLEXITY": "5"}).opus_complexity == 5
+    assert parse_args(["--opus-complexity", "0"], {"TTSWS_OPUS_COMPLEXITY": "5"}).opus_complexity == 0
+
+
+@pytest.mark.parametrize("value", ["11", "-1"])
+def test_bad_opus_complexity(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--opus-complexity", value], {})
+    assert f"--opus-complexity must be 0-10, not {value}" in capsys.readouterr().err
