@@ -17,7 +17,9 @@
 #            `lazy_initialization`, indexable caches), so it runs on faster-qwen3-tts 0.3.2 (the last release on
 #            qwen-tts 0.1.1) with qwen-tts 0.1.1, transformers 4.57.3 and the tokenizers / huggingface_hub /
 #            accelerate that scripts/setup.sh pins for the reference.
-#   engine/  the trimmed flash-attn wheel from ../shared/wheels, for our engine in the same call.
+#   engine/  the trimmed flash-attn wheel from ../shared/wheels, for our engine in the same call, and what pytest
+#            needs for the engine's GPU tests (tests/conftest.py and the hypothesis suites; no server packages), so
+#            that one call runs those tests, our benchmark and the peers'.
 # Each set is installed into its own --target directory by scripts/qwen_peer_env.sh.
 # Usage: scripts/prepare_qwen_peer_carry.sh [SHARED_DIR]
 set -euo pipefail
@@ -40,4 +42,5 @@ dl common soundfile==0.14.0 cffi==2.1.1 pycparser==3.12 sox==1.4.1 einops==0.8.2
 dl tf5 faster-qwen3-tts==0.5.4 qwen-tts-hf==0.1.1.post1 transformers==5.15.1 tokenizers==0.22.1
 dl tf4 faster-qwen3-tts-batch==0.2.0 faster-qwen3-tts==0.3.2 qwen-tts==0.1.1 transformers==4.57.3 \
   tokenizers==0.22.1 huggingface_hub==0.36.0 accelerate==1.12.0
+dl engine pytest-asyncio==1.5.0 orjson==3.13.0 hypothesis==6.170.17 sortedcontainers==2.4.0
 du -sh "$out"/* "$out"
