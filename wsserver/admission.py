@@ -21,6 +21,7 @@ class SlotQueue(Generic[T]):
         self.capacity = list(engine_slots)  # per engine; 0 for an engine that is down
         self.holders: dict[T, int] = {}  # ticket -> the engine whose slot it holds
         self._used = [0] * len(engine_slots)
+        self.granted = [0] * len(engine_slots)  # per engine: segments granted so far (how the routing spread them)
         self._continuing: deque[T] = deque()  # continuations, first come first served
         self._new: deque[T] = deque()  # first segments of contexts, first come first served
 
@@ -67,6 +68,7 @@ class SlotQueue(Generic[T]):
     def _grant(self, ticket: T, engine: int) -> None:
         self.holders[ticket] = engine
         self._used[engine] += 1
+        self.granted[engine] += 1
 
     def _roomiest(self) -> int | None:
         free = [capacity - used for capacity, used in zip(self.capacity, self._used, strict=True)]

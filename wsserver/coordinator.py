@@ -242,8 +242,10 @@ class Coordinator:
             },
             "engine": _engine_totals(stats, slots),
             "engines": [
-                _engine_figures(engine, capacity)
-                for engine, capacity in zip(self.engines, self.queue.capacity, strict=True)
+                _engine_figures(engine, capacity, segments)
+                for engine, capacity, segments in zip(
+                    self.engines, self.queue.capacity, self.queue.granted, strict=True
+                )
             ],
             "utilisation_pct": round(100.0 * holders / slots, 1) if slots else 100.0,
             "can_accept": self.ready and self.sessions < self.max_sessions,
@@ -270,7 +272,8 @@ class Coordinator:
         return metrics.render(gauges)
 
 
-def _engine_figures(engine: EngineView, slots: int) -> dict[str, Any]:
+def _engine_figures(engine: EngineView, slots: int, segments: int) -> dict[str, Any]:
+    """One engine's figures; `segments`: how many the coordinator has granted it since the start."""
     stats = engine.stats()
     return {
         "pid": getattr(engine, "pid", os.getpid()),  # an engine process's, or this process's engine thread's
@@ -279,6 +282,7 @@ def _engine_figures(engine: EngineView, slots: int) -> dict[str, Any]:
         "waiting": stats.waiting,
         "paused": stats.paused,
         "slots": slots,
+        "segments": segments,
         "step_ms": round(stats.step_ms_avg, 2),
         "batch_size": round(stats.batch_size_avg, 2),
         "kv_blocks_free": stats.kv_blocks_free,

@@ -55,6 +55,9 @@ async def test_segments_spread_over_two_engines(tiny_checkpoint: Callable[..., P
         assert all(d["type"] == "context.done" for d in done)
         status = await server.status()
         assert all(engine["steps"] > before for engine, before in zip(status["engines"], steps, strict=True))
+        # the coordinator's count of the segments it routed to each engine (8 contexts, a segment or more each)
+        assert all(engine["segments"] > 0 for engine in status["engines"])
+        assert sum(engine["segments"] for engine in status["engines"]) >= 8
         assert status["contexts"] == {"active": 0, "generating": 0, "queued": 0, "paused": 0}
         metrics = (await http_get(server.http + "/metrics"))[2].decode()
         assert 'ttsws_contexts_total{outcome="done"} 8' in metrics and "ttsws_engines_healthy 2.0" in metrics

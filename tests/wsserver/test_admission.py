@@ -24,6 +24,17 @@ def test_segments_go_to_the_engine_with_the_most_room() -> None:
     assert queue.slots == 4 and sorted(queue.holders.values()) == [0, 0, 1, 1]
 
 
+def test_segments_granted_are_counted_per_engine_whether_at_once_or_from_the_queue() -> None:
+    queue: SlotQueue[str] = SlotQueue([1, 2])
+    assert [queue.acquire(t, continuing=False) for t in "abcd"] == [1, 0, 1, None]
+    assert queue.granted == [1, 2]
+    assert queue.release("a") == [("d", 1)] and queue.release("b") == []  # leaving a slot counts nothing
+    assert queue.release("x") == [] and queue.granted == [1, 3]  # nor does an unknown ticket
+    queue.set_capacity(1, 0)
+    assert queue.release("c") == [] and queue.acquire("e", continuing=True) == 0
+    assert queue.granted == [2, 3]  # cumulative: the count outlives the holders
+
+
 def test_an_engine_that_goes_down_takes_no_more_segments() -> None:
     queue: SlotQueue[str] = SlotQueue([1, 1])
     assert queue.acquire("a", False) == 0 and queue.acquire("b", False) == 1
