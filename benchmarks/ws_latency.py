@@ -4,17 +4,30 @@ process, per output format and session count.
 Starts the real server (`python -m wsserver`: a supervisor, an engine process per device and front-end worker
 processes; `--workers 0` keeps one process) in a child process, sized for the largest session count, on the given
 checkpoint or a freshly generated tiny random one; or measures a running server (`--url`; its max connections and
-engine slots must cover the sessions). For each setting (`--format` with its `--sample-rate`) and session count it
-opens that many sessions, then starts them together: each streams a few sentences word by word (one word every
---word-gap-ms, like an LLM), ends its context and reads its frames until `context.done`. The frames are not decoded:
-their durations are counted from the packets (an Opus packet's TOC byte), so one client process carries 512 and more
-sessions. Before the first level of a setting, twice as many sessions as the server has workers speak once, unmeasured
-(the first context of a format in a worker takes paths the engine's own warm-up does not).
+engine slots must cover the sessions). `--device` is the server's `--devices`: `0,1` is one engine per GPU,
+`cpu,cpu` two CPU engines. For each setting (`--format` with its `--sample-rate`) and session count it opens that
+many sessions, then starts them together: each streams a few sentences word by word (one word every --word-gap-ms,
+like an LLM), ends its context and reads its frames until `context.done`. The frames are not decoded: their durations
+are counted from the packets (an Opus packet's TOC byte), so one client process carries 512 and more sessions.
+Before the first level of a setting, twice as many sessions as the server has workers speak once, unmeasured (the
+first context of a format in a worker takes paths the engine's own warm-up does not).
 
-One JSON line per setting and session count:
+The sessions run in `--client-processes N` spawned processes (default 1), each on its own uvloop, session k in
+process k mod N: all open their sessions, then start together (a barrier), and their results make one line. A single
+client process saturates a core at several hundred xRT of Opus; then the figures would be the client's limit.
+
+`--kill-engine I --kill-after-s S` SIGKILLs engine I (its pid from /status; the server this script starts) S seconds
+after the sessions of the first measured level start (a level that ends sooner is not killed; the next is tried): the
+contexts that engine held fail, the others go on, their next segments on the engines left. It happens once: the
+supervisor does not restart an engine, so later levels run on the engines left.
+
+One JSON line per setting and session count. A session that ends without `context.done` does not stop the run: it
+is counted in `sessions_failed` and left out of every other figure, which are over the finished sessions only.
 
 - `sessions`, `format`, `sample_rate` (as the server resolved it), `workers` and `engines` (processes serving; 0
-  workers: the server is one process);
+  workers: the server is one process), `client_processes`;
+- `sessions_finished`; `sessions_failed`: the others by their error code (`{"internal": 37}`: contexts whose engine
+  died; `cancelled`, `connection_lost`), with one message per code in `failure_messages`;
 - `first_text_to_first_frame_ms`: from sending the first word to receiving the first audio frame (p50, p90, p95, p99,
   max over the sessions);
 - `worst_gap_ms` (all sessions) and `worst_gap_p95_ms` (of each session's worst) between consecutive audio frames;
@@ -25,13 +38,20 @@ One JSON line per setting and session count:
 - `audio_s`, `wall_s`, `xrt`: audio delivered to all sessions (counted from the frames), from the start to the last
   `context.done`, and their ratio (aggregate xRT); `audio_s_per_session`; `server_audio_s`: the audio the server
   says it sent (`context.done`'s `audio_ms`), which `audio_s` must equal;
-- `cpu`: CPU over the measurement window (`window_s`, the same span as `wall_s`), per role: `client` (this process),
-  and from /proc/PID/stat the server's `supervisor`, `engines` and `workers` (pids from /status; a server in one
-  process is `server`). Each role: `processes`, `cpu_s` (summed), `util` (cpu_s / window: 1.0 is one core busy),
-  `cpu_s_max` and `util_max` (its busiest process). A role near `processes` x 1.0, or a single process near 1.0, is
-  the bottleneck; the client near 1.0 means the figures are the client's limit, not the server's. A role is null
-  when its processes cannot be read (a server on another host);
-- `engine`: the engine's step time and batch size (means of /status samples taken every 0.25 s).
+- `cpu`: CPU over the measurement window (`window_s`, the same span as `wall_s`), per role: `client` (the client
+  processes, each measuring its own), and from /proc/PID/stat the server's `supervisor`, `engines` and `workers` (pids
+  from /status; a server in one process is `server`). Each role: `processes`, `cpu_s` (summed), `util` (cpu_s /
+  window: 1.0 is one core busy), `cpu_s_max` and `util_max` (its busiest process). A role near `processes` x 1.0, or a
+  single process near 1.0, is the bottleneck; the client near 1.0 means the figures are the client's limit, not the
+  server's. A role is null when its processes cannot be read (a server on another host);
+- `engine`: all engines' step time, batch size and running contexts (means of /status samples taken every 0.25 s
+  while the server generated; the step time is the engines' mean, the others their sums);
+- `engines_detail`: per engine (`index` in /status): `pid`, `segments` granted to it during the level, `healthy` at
+  its end, and its own mean `step_ms`, `batch_size` and `running` over the same samples; `engine_spread_pct`:
+  (max - min) / mean of the engines' `segments`, in percent (null with one engine);
+- `killed_engine` (null unless this level killed one): `index`, `pid`, `at_s` (after the start),
+  `running_at_kill` (its `running` in /status just before), `segments_granted_before_kill` (during the level) and
+  `ready_after` (/ready's HTTP status after the level: 200 while an engine serves).
 
 `--server-args='--pace-admissions off'` passes more flags to the server it starts (an A/B of one engine setting); each
 line repeats them (`server_args`).
@@ -43,6 +63,8 @@ thread of every process, `py-spy record --subprocesses --format raw`) while the 
     python3 benchmarks/ws_latency.py --device cuda --model CKPT                 # sessions 1 32 128 256, PCM
     python3 benchmarks/ws_latency.py --device cuda --model CKPT --max-patches 60 --sessions 1 512 \\
         --format opus pcm_s16le --sample-rate 48000 24000                       # Opus 48 kHz, then PCM 24 kHz
+    python3 benchmarks/ws_latency.py --device 0,1 --model CKPT --max-patches 60 --sessions 768 --format opus \\
+        --client-processes 4 --kill-engine 1 --kill-after-s 5                   # two GPUs, one engine killed
 """
 
 from __future__ import annotations
@@ -51,6 +73,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import multiprocessing
 import os
 import resource
 import shlex
@@ -60,10 +83,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +97,7 @@ from typing import Any
 import orjson
 import uvloop
 
-from wsserver.client import Cancelled, Client, Done, Packet, Refused
+from wsserver.client import Cancelled, Client, ConnectionLost, ContextFailed, Done, Packet, Refused
 from wsserver.config import ServerConfig
 from wsserver.messages import MULAW_RATE, OPUS_RATES
 
@@ -86,6 +112,7 @@ START_TIMEOUT_S = 900  # loading a full-size model and capturing its CUDA graphs
 # in-process server listens with asyncio's default of 100), and dropped SYNs come back only a second later.
 CONCURRENT_HANDSHAKES = 64
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+BARRIER_TIMEOUT_S = 600  # client processes wait this long for each other's sessions to connect
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +129,15 @@ class SessionResult:
     audio_s: float  # counted from the frames
     sample_rate: int  # as the server resolved it
     done: Done
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A session that ended without `context.done`: the protocol's error code (`internal` for a context whose
+    engine died), `cancelled`, or `connection_lost`, and what the server or the client said."""
+
+    code: str
+    message: str
 
 
 def check_setting(setting: Setting, hello: dict[str, Any] | None) -> None:
@@ -170,8 +206,9 @@ async def open_session(url: str, handshakes: asyncio.Semaphore) -> Client:
     return client
 
 
-async def speak(client: Client, seed: int, text: str, word_gap_s: float, setting: Setting) -> SessionResult:
-    """One context on an open session: stream `text` word by word, end it, and time every audio frame."""
+async def speak(client: Client, seed: int, text: str, word_gap_s: float, setting: Setting) -> SessionResult | Failure:
+    """One context on an open session: stream `text` word by word, end it, and time every audio frame; or how it
+    failed."""
     output: dict[str, Any] = {"format": setting.format, "frame_ms": FRAME_MS}
     if setting.sample_rate is not None:
         output["sample_rate"] = setting.sample_rate
@@ -198,11 +235,19 @@ async def speak(client: Client, seed: int, text: str, word_gap_s: float, setting
                 worst_gap, starved = playback(arrivals, ctx.sample_rate)
                 audio_s = sum(samples for _, samples in arrivals) / ctx.sample_rate
                 return SessionResult(arrivals[0][0] - started, worst_gap, starved, audio_s, ctx.sample_rate, event)
-            elif isinstance(event, Refused | Cancelled):
-                raise RuntimeError(event)
+            elif isinstance(event, Refused):
+                return Failure(event.code, event.message)
+            elif isinstance(event, Cancelled):
+                return Failure("cancelled", f"cancelled by the server after frame {event.last_seq}")
+    except ContextFailed as failed:
+        return Failure(failed.code, failed.message)
+    except ConnectionLost as lost:
+        return Failure("connection_lost", str(lost))
     finally:
         feeder.cancel()
-    raise RuntimeError("connection closed before context.done")
+        with contextlib.suppress(asyncio.CancelledError, ContextFailed, ConnectionLost):
+            await feeder  # appends to a context that failed may fail too
+    return Failure("connection_lost", "connection closed before context.done")
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -254,12 +299,13 @@ def cpu_report(
     roles: dict[str, list[int]],
     before: dict[int, float | None],
     after: dict[int, float | None],
-    client_cpu_s: float,
+    client_cpu_s: list[float],
     window_s: float,
 ) -> dict[str, Any]:
     """Per role, the CPU its processes spent between the two snapshots; null for a role with a process that could
-    not be read at either end (a worker restarted meanwhile, a server on another host)."""
-    report: dict[str, Any] = {"window_s": round(window_s, 3), "client": role_cpu([client_cpu_s], window_s)}
+    not be read at either end (a worker restarted meanwhile, a server on another host). `client_cpu_s`: each client
+    process's, measured by itself."""
+    report: dict[str, Any] = {"window_s": round(window_s, 3), "client": role_cpu(client_cpu_s, window_s)}
     for role, pids in roles.items():
         spent = [after[pid] - before[pid] for pid in pids if before[pid] is not None and after[pid] is not None]
         report[role] = role_cpu(spent, window_s) if len(spent) == len(pids) else None
@@ -267,38 +313,117 @@ def cpu_report(
 
 
 @dataclass(frozen=True, slots=True)
+class Share:
+    """What one client process did in a level: its sessions' outcomes, when they started speaking and when the last
+    ended (time.monotonic(), one clock for every process of the host), and its CPU time meanwhile."""
+
+    outcomes: list[SessionResult | Failure]
+    started: float
+    ended: float
+    cpu_s: float
+
+
+_barrier: threading.Barrier | None = None  # a client process's: shared with the others and the parent
+
+
+def _join(barrier: threading.Barrier) -> None:
+    global _barrier
+    _barrier = barrier
+
+
+def client_share(url: str, seeds: list[int], text: str, word_gap_s: float, setting: Setting, handshakes: int) -> Share:
+    """A client process's part of a level (its own uvloop): open a session per seed, wait for every process's
+    sessions to be open, wait for the go (the parent's CPU snapshot comes between), then speak all at once."""
+    return uvloop.run(_client_share(url, seeds, text, word_gap_s, setting, handshakes))
+
+
+async def _client_share(
+    url: str, seeds: list[int], text: str, word_gap_s: float, setting: Setting, handshakes: int
+) -> Share:
+    assert _barrier is not None, "client processes start with the level's barrier"
+    limit = asyncio.Semaphore(handshakes)
+    opened = await asyncio.gather(*(open_session(url, limit) for _ in seeds), return_exceptions=True)
+    try:
+        for item in opened:
+            if isinstance(item, BaseException):
+                raise item
+        await asyncio.to_thread(_barrier.wait, BARRIER_TIMEOUT_S)  # every process's sessions are open
+        await asyncio.to_thread(_barrier.wait, BARRIER_TIMEOUT_S)  # go
+        started, cpu = time.monotonic(), time.process_time()
+        speaking = (speak(client, seed, text, word_gap_s, setting) for seed, client in zip(seeds, opened, strict=True))
+        outcomes = await asyncio.gather(*speaking)
+        return Share(outcomes, started, time.monotonic(), time.process_time() - cpu)
+    except BaseException:
+        _barrier.abort()  # the others stop waiting for this process
+        raise
+    finally:
+        await asyncio.gather(*(item.close() for item in opened if not isinstance(item, BaseException)))
+
+
+class Clients:
+    """The client processes (spawned once, reused by every level) and the barrier they start each level on."""
+
+    def __init__(self, processes: int) -> None:
+        self.processes = processes
+        spawn = multiprocessing.get_context("spawn")  # no fork of this process's event loop and threads
+        self.barrier = spawn.Barrier(processes + 1)  # the client processes and this one
+        self.pool = ProcessPoolExecutor(processes, mp_context=spawn, initializer=_join, initargs=(self.barrier,))
+
+    def close(self) -> None:
+        self.barrier.abort()  # a process still waiting for a level that will not start
+        self.pool.shutdown(cancel_futures=True)
+
+
+@dataclass(frozen=True, slots=True)
 class Level:
-    results: list[SessionResult]
-    wall_s: float  # from the start of the speaking to the last context.done
-    client_cpu_s: float  # this process's CPU time meanwhile: near wall_s, the clients would be the bottleneck
+    results: list[SessionResult]  # the sessions that finished (context.done)
+    failures: list[Failure]  # the others
+    wall_s: float  # from the start of the speaking to the last session's end
+    client_cpu_s: list[float]  # per client process, meanwhile: one near wall_s, the clients would be the bottleneck
     server_cpu: tuple[dict[int, float | None], dict[int, float | None]]  # per process, at the start and the end
-    model: str
 
 
 async def run_level(
+    clients: Clients,
     url: str,
     sessions: int,
     args: argparse.Namespace,
     setting: Setting,
     snapshot: Callable[[], dict[int, float | None]],
+    start: asyncio.Future[float] | None = None,
 ) -> Level:
-    """All sessions connect first, then speak at once."""
-    handshakes = asyncio.Semaphore(CONCURRENT_HANDSHAKES)
-    opened = await asyncio.gather(*(open_session(url, handshakes) for _ in range(sessions)), return_exceptions=True)
+    """All sessions connect first (spread over the client processes), then speak at once; `start` is given the
+    moment they start (time.monotonic())."""
+    loop, n = asyncio.get_running_loop(), clients.processes
+    handshakes = max(1, CONCURRENT_HANDSHAKES // n)  # at most as many handshakes at a time as one process made
+    word_gap_s = args.word_gap_ms / 1000
+    shares = [
+        loop.run_in_executor(
+            clients.pool, client_share, url, list(range(i, sessions, n)), args.text, word_gap_s, setting, handshakes
+        )
+        for i in range(n)
+    ]
     try:
-        for item in opened:
-            if isinstance(item, BaseException):
-                raise item
+        await asyncio.to_thread(clients.barrier.wait, BARRIER_TIMEOUT_S)  # every session is open
         server_before = snapshot()
-        started, cpu = time.perf_counter(), time.process_time()
-        word_gap_s = args.word_gap_ms / 1000
-        speaking = (speak(client, i, args.text, word_gap_s, setting) for i, client in enumerate(opened))
-        results = await asyncio.gather(*speaking)
-        wall_s, client_cpu_s = time.perf_counter() - started, time.process_time() - cpu
-        server_cpu = (server_before, snapshot())
-        return Level(results, wall_s, client_cpu_s, server_cpu, opened[0].hello["model"]["name"])
-    finally:
-        await asyncio.gather(*(item.close() for item in opened if not isinstance(item, BaseException)))
+        await asyncio.to_thread(clients.barrier.wait, BARRIER_TIMEOUT_S)
+        if start is not None:
+            start.set_result(time.monotonic())
+        done: list[Share] = await asyncio.gather(*shares)
+    except BaseException as error:
+        clients.barrier.abort()
+        # A client process's own error says more than the broken barrier the others saw.
+        errors = [e for e in await asyncio.gather(*shares, return_exceptions=True) if isinstance(e, BaseException)]
+        raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), error) from None
+    server_cpu = (server_before, snapshot())
+    outcomes = [outcome for share in done for outcome in share.outcomes]
+    return Level(
+        results=[o for o in outcomes if isinstance(o, SessionResult)],
+        failures=[o for o in outcomes if isinstance(o, Failure)],
+        wall_s=max(share.ended for share in done) - min(share.started for share in done),
+        client_cpu_s=[share.cpu_s for share in done],
+        server_cpu=server_cpu,
+    )
 
 
 def get_json(url: str) -> tuple[int, Any]:
@@ -333,20 +458,71 @@ async def wait_disconnected(base: str) -> dict[str, Any]:
     return status
 
 
-async def sample_engine(base: str, samples: list[dict[str, Any]]) -> None:
-    """/status's engine figures every 0.25 s, while the sessions speak (cancel to stop)."""
+async def sample_status(base: str, start: asyncio.Future[float], samples: list[dict[str, Any]]) -> None:
+    """/status every 0.25 s once the sessions `start` to speak (cancel to stop)."""
+    await start
     while True:
-        status = (await asyncio.to_thread(get_json, base + "/status"))[1]
+        status = await server_status(base)
         if status and status.get("engine"):
-            samples.append(status["engine"])
+            samples.append(status)
         await asyncio.sleep(0.25)
 
 
-def engine_means(samples: list[dict[str, Any]]) -> dict[str, float] | None:
-    busy = [s for s in samples if s["running"]]
-    if not busy:
+def busy(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples taken while the server generated (idle moments would dilute the means)."""
+    return [s for s in samples if s["engine"]["running"]]
+
+
+def means(figures: list[dict[str, Any]]) -> dict[str, float] | None:
+    if not figures:
         return None
-    return {key: round(statistics.mean(s[key] for s in busy), 2) for key in ("step_ms", "batch_size", "running")}
+    return {key: round(statistics.mean(f[key] for f in figures), 2) for key in ("step_ms", "batch_size", "running")}
+
+
+def engines_detail(
+    before: dict[str, Any], after: dict[str, Any], samples: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Per engine: its pid, the segments the server granted it between the two statuses, whether it still serves,
+    and its mean step time, batch size and running contexts over the busy samples."""
+    sampled = busy(samples)
+    detail = []
+    for index, (start, end) in enumerate(zip(before["engines"], after["engines"], strict=True)):
+        figures = means([s["engines"][index] for s in sampled]) or dict.fromkeys(("step_ms", "batch_size", "running"))
+        detail.append(
+            {
+                "index": index,
+                "pid": end["pid"],
+                "healthy": end["healthy"],
+                "segments": end["segments"] - start["segments"],
+                **figures,
+            }
+        )
+    return detail
+
+
+def spread_pct(segments: list[int]) -> float | None:
+    """(max - min) / mean of the engines' segments, in percent; null with one engine or none granted."""
+    if len(segments) < 2 or not sum(segments):
+        return None
+    return round(100 * (max(segments) - min(segments)) / statistics.mean(segments), 1)
+
+
+async def kill_engine(
+    base: str, index: int, delay_s: float, start: asyncio.Future[float], before: dict[str, Any], killed: dict[str, Any]
+) -> None:
+    """SIGKILL engine `index` (its pid from /status: the server runs on this host) `delay_s` after the sessions
+    `start` to speak, and fill `killed` with what it was doing then; `before`: the status at the start of the level."""
+    started = await start
+    await asyncio.sleep(max(0.0, started + delay_s - time.monotonic()))
+    engine = (await server_status(base))["engines"][index]  # the last sample before the kill
+    os.kill(engine["pid"], signal.SIGKILL)
+    killed.update(
+        index=index,
+        pid=engine["pid"],
+        at_s=round(time.monotonic() - started, 3),
+        running_at_kill=engine["running"],
+        segments_granted_before_kill=engine["segments"] - before["engines"][index]["segments"],
+    )
 
 
 def result_line(
@@ -354,44 +530,57 @@ def result_line(
     setting: Setting,
     sessions: int,
     level: Level,
-    roles: dict[str, list[int]],
-    engine_samples: list[dict[str, Any]],
+    server: dict[str, Any],
 ) -> dict[str, Any]:
+    """`server`: what was seen of the server during the level: `model`, `roles`, the /status `before` and `after`
+    it, its `samples` and what was `killed` (None)."""
     results = level.results
     first = [1000 * r.first_frame_s for r in results]
     worst = [1000 * r.worst_gap_s for r in results]
     audio = sum(r.audio_s for r in results)
+    roles = server["roles"]
+    detail = engines_detail(server["before"], server["after"], server["samples"])
+    failed = Counter(f.code for f in level.failures)
     return {
         "sessions": sessions,
         "format": setting.format,
-        "sample_rate": results[0].sample_rate,
+        "sample_rate": results[0].sample_rate if results else None,
         "device": None if args.url else args.device,
-        "model": level.model,
+        "model": server["model"],
         "max_patches": args.max_patches,
         "word_gap_ms": args.word_gap_ms,
         "server_args": args.server_args,
         "workers": len(roles.get("workers", [])),
         "engines": len(roles["engines"]) if "engines" in roles else 1,  # a server in one process serves one engine
+        "client_processes": args.client_processes,
+        "sessions_finished": len(results),
+        "sessions_failed": dict(failed),
+        "failure_messages": {f.code: f.message for f in reversed(level.failures)},  # the first of each code
         "first_text_to_first_frame_ms": {
             "p50": round(statistics.median(first), 1),
             **{f"p{q}": round(percentile(first, q / 100), 1) for q in (90, 95, 99)},
             "max": round(max(first), 1),
-        },
-        "worst_gap_ms": round(max(worst), 1),
-        "worst_gap_p95_ms": round(percentile(worst, 0.95), 1),
+        }
+        if results
+        else None,
+        "worst_gap_ms": round(max(worst), 1) if results else None,
+        "worst_gap_p95_ms": round(percentile(worst, 0.95), 1) if results else None,
         "starved_sessions": sum(r.starved_s > 0 for r in results),
         "starved_ms_total": round(1000 * sum(r.starved_s for r in results), 1),
         "server_ttfa_ms_p50": server_p50(results, "ttfa_ms"),
         "server_queue_ms_p50": server_p50(results, "queue_ms"),
         "server_rtf_p50": server_p50(results, "rtf"),
         "audio_s": round(audio, 2),
-        "audio_s_per_session": round(audio / sessions, 2),
+        "audio_s_per_session": round(audio / len(results), 2) if results else None,
         "server_audio_s": round(sum(r.done.audio_ms for r in results) / 1000, 2),
         "wall_s": round(level.wall_s, 2),
         "xrt": round(audio / level.wall_s, 2),
-        "client_cpu_s": round(level.client_cpu_s, 2),
+        "client_cpu_s": round(sum(level.client_cpu_s), 2),
         "cpu": cpu_report(roles, *level.server_cpu, level.client_cpu_s, level.wall_s),
-        "engine": engine_means(engine_samples),
+        "engine": means([s["engine"] for s in busy(server["samples"])]),
+        "engines_detail": detail,
+        "engine_spread_pct": spread_pct([engine["segments"] for engine in detail]),
+        "killed_engine": server["killed"],
     }
 
 
@@ -403,19 +592,39 @@ async def measure(args: argparse.Namespace, base: str, supervisor: int | None) -
     try:
         for setting in args.settings:
             check_setting(setting, hello)
+        engines = len((await server_status(base))["engines"])
+        if args.kill_engine is not None and args.kill_engine >= engines:
+            raise ValueError(f"--kill-engine {args.kill_engine}: the server has {engines} engine(s), from 0")
     except ValueError as bad:
         raise SystemExit(f"ws_latency: {bad}") from None
+    clients = Clients(args.client_processes)
+    try:
+        await measure_settings(args, base, url, supervisor, hello["model"]["name"], clients)
+    finally:
+        clients.close()
+
+
+async def measure_settings(
+    args: argparse.Namespace, base: str, url: str, supervisor: int | None, model: str, clients: Clients
+) -> None:
+    kill = args.kill_engine is not None  # once: in the first measured level that outlasts --kill-after-s
     for setting in args.settings:
         status = await wait_disconnected(base)
         # Warm-up, unmeasured: a few sessions for every worker, so that each has served this format once.
         warmup = min(max(args.sessions), 2 * len(status["worker_processes"]))
-        await run_level(url, warmup, args, setting, lambda: {})
+        await run_level(clients, url, warmup, args, setting, lambda: {})
         for sessions in args.sessions:
-            status = await wait_disconnected(base)
-            roles = server_roles(status, supervisor)  # a worker that died meanwhile came back with another pid
+            before = await wait_disconnected(base)
+            roles = server_roles(before, supervisor)  # a worker that died meanwhile came back with another pid
             pids = sorted({pid for members in roles.values() for pid in members})
+            start: asyncio.Future[float] = asyncio.get_running_loop().create_future()
             samples: list[dict[str, Any]] = []
-            sampler = asyncio.create_task(sample_engine(base, samples))
+            sampler = asyncio.create_task(sample_status(base, start, samples))
+            killed: dict[str, Any] = {}
+            killer = None
+            if kill:
+                killing = kill_engine(base, args.kill_engine, args.kill_after_s, start, before, killed)
+                killer = asyncio.create_task(killing)
             profiler = None
             if sessions == args.profile_sessions:
                 profiler = subprocess.Popen(
@@ -425,12 +634,25 @@ async def measure(args: argparse.Namespace, base: str, supervisor: int | None) -
                     ],
                     stdout=subprocess.DEVNULL,
                 )
-            level = await run_level(url, sessions, args, setting, functools.partial(cpu_snapshot, pids))
-            sampler.cancel()
+            snapshot = functools.partial(cpu_snapshot, pids)
+            try:
+                level = await run_level(clients, url, sessions, args, setting, snapshot, start)
+            finally:
+                sampler.cancel()
+                if killer is not None:
+                    killer.cancel()  # unless done: the level ended before the kill was due, nothing was killed
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await killer
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
                 profiler.wait()
-            print(orjson.dumps(result_line(args, setting, sessions, level, roles, samples)).decode(), flush=True)
+            if killed:
+                kill = False
+                killed["ready_after"] = (await asyncio.to_thread(get_json, base + "/ready"))[0]
+            after = await server_status(base)
+            server = {"model": model, "roles": roles, "before": before, "after": after, "samples": samples}
+            line = result_line(args, setting, sessions, level, {**server, "killed": killed or None})
+            print(orjson.dumps(line).decode(), flush=True)
 
 
 def free_port() -> int:
@@ -451,10 +673,9 @@ def main(args: argparse.Namespace) -> None:
     if args.url is not None:
         uvloop.run(measure(args, args.url.rstrip("/"), None))
         return
-    cuda = args.device.startswith("cuda")
     if args.max_patches is None:
         # The reference's text-length cap on the GPU; a few patches per segment keep the CPU run short.
-        args.max_patches = ServerConfig().max_patches if cuda else 8
+        args.max_patches = ServerConfig().max_patches if on_gpu(args.device) else 8
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model
         if model is None:
@@ -485,14 +706,20 @@ def main(args: argparse.Namespace) -> None:
                 server.wait()
 
 
+def on_gpu(device: str) -> bool:
+    """Whether `--device` names GPUs: "cuda", "cuda:1", "0,1" (ValueError for what the server would refuse)."""
+    return any(engine.device == "cuda" for engine in ServerConfig(devices=device).engine_devices())
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, nargs="+", help="default 1 32 128 256 on cuda, else 1 8")
     parser.add_argument("--model", default=None, help="checkpoint; default: a freshly generated tiny random one")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    device_help = "the server's --devices: cpu, cuda, cuda:N, or one engine per entry: 0,1 (GPUs), cpu,cpu"
+    parser.add_argument("--device", default="cpu", help=device_help)
     parser.add_argument("--workers", type=int, help="the server's front-end processes (default: its own, from cores)")
     parser.add_argument("--url", help="measure the server at this base URL (http://host:port) instead of starting one")
-    parser.add_argument("--max-patches", type=int, help="cap per segment; default the server's on cuda, else 8")
+    parser.add_argument("--max-patches", type=int, help="cap per segment; default the server's on GPUs, else 8")
     parser.add_argument("--word-gap-ms", type=float, default=20.0, help="pause between streamed words (LLM pace)")
     parser.add_argument("--text", default=TEXT, help="what each session says (default: three sentences)")
     parser.add_argument("--format", nargs="+", choices=FORMATS, default=["pcm_s16le"], help="one setting per format")
@@ -506,6 +733,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--server-args", default="", help=server_args_help)
     parser.add_argument("--profile-sessions", type=int, help="record the server with py-spy during this level")
     parser.add_argument("--profile-out", default="artifacts/ws-profile.txt", help="py-spy's collapsed stacks")
+    clients_help = "client processes the sessions of a level are spread over (default 1)"
+    parser.add_argument("--client-processes", type=int, default=1, help=clients_help)
+    parser.add_argument("--kill-engine", type=int, help="SIGKILL this engine (index in /status) in a measured level")
+    parser.add_argument("--kill-after-s", type=float, help="...this long after its sessions start to speak")
     args = parser.parse_args(argv)
     try:
         args.settings = settings_from(args.format, args.sample_rate)
@@ -517,7 +748,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--server-args are for the server this script starts, not one at --url")
     if args.url is not None and args.profile_sessions is not None:
         parser.error("--profile-sessions records the server this script starts, not one at --url")
-    args.sessions = args.sessions or ([1, 32, 128, 256] if args.device.startswith("cuda") else [1, 8])
+    if args.client_processes < 1:
+        parser.error("--client-processes must be at least 1")
+    if (args.kill_engine is None) != (args.kill_after_s is None):
+        parser.error("--kill-engine and --kill-after-s go together")
+    if args.kill_engine is not None and (args.kill_engine < 0 or args.kill_after_s < 0):
+        parser.error("--kill-engine and --kill-after-s must be >= 0")
+    if args.url is not None and args.kill_engine is not None:
+        parser.error("--kill-engine kills an engine of the server this script starts, not one at --url")
+    try:
+        gpu = on_gpu(args.device)
+    except ValueError as bad:
+        parser.error(f"--device: {bad}")
+    args.sessions = args.sessions or ([1, 32, 128, 256] if gpu else [1, 8])
     return args
 
 

@@ -1,6 +1,7 @@
 """benchmarks/ws_latency.py against a server process tree on the tiny checkpoint, started by the script or running at
 `--url`: one JSON line per format, with audio counted from the packets that matches the server's count and the PCM
-run's, and the CPU of every process role. Its settings, roles and CPU accounting without a server."""
+run's, and the CPU of every process role; sessions spread over client processes, each engine's share of the
+segments, and an engine killed mid-level. Its settings, roles and CPU accounting without a server."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from benchmarks.ws_latency import (
     parse_args,
     process_cpu_s,
     server_roles,
+    spread_pct,
 )
 from tests.servers import server_process
 
@@ -50,7 +52,10 @@ def test_two_sessions_in_each_format_report_latency_audio_and_cpu(tiny_checkpoin
     ]
     pcm = lines[0]
     for line in lines:
-        assert line["workers"] == 2 and line["engines"] == 1
+        assert line["workers"] == 2 and line["engines"] == 1 and line["client_processes"] == 1
+        assert line["sessions_finished"] == 2 and line["sessions_failed"] == {} and line["killed_engine"] is None
+        [engine] = line["engines_detail"]
+        assert engine["segments"] == 2 and engine["healthy"] and line["engine_spread_pct"] is None
         assert line["server_args"] == "--pace-admissions off --coalesce-ms 2"
         latency = line["first_text_to_first_frame_ms"]
         assert 0 < latency["p50"] <= latency["p90"] <= latency["p95"] <= latency["p99"] <= latency["max"]
@@ -69,6 +74,63 @@ def test_two_sessions_in_each_format_report_latency_audio_and_cpu(tiny_checkpoin
             assert 0 <= figures["cpu_s_max"] <= figures["cpu_s"] and 0 <= figures["util_max"] <= figures["util"]
         engines = cpu["engines"]
         assert engines["util"] == pytest.approx(engines["cpu_s"] / cpu["window_s"], rel=0.05)  # of rounded figures
+
+
+def run_script(*argv: str) -> list[dict]:
+    command = [sys.executable, str(REPO / "benchmarks" / "ws_latency.py"), *argv]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    return [orjson.loads(line) for line in run.stdout.splitlines()]
+
+
+def test_sessions_spread_over_client_processes_and_segments_over_two_engines(
+    tiny_checkpoint: Callable[..., Path],
+) -> None:
+    lines = run_script(
+        *("--model", str(tiny_checkpoint("voxcpm2", stop=False)), "--device", "cpu,cpu", "--workers", "2"),
+        # One word, sent at once: one segment per session.
+        *("--client-processes", "2", "--sessions", "1", "4", "--max-patches", "8", "--text", "Morning."),
+    )
+    assert [(line["sessions"], line["sessions_finished"], line["sessions_failed"]) for line in lines] == [
+        (1, 1, {}),
+        (4, 4, {}),
+    ]
+    for line in lines:
+        # both processes' sessions in one line: a level of one leaves a process idle, but it is counted
+        assert line["client_processes"] == 2 and line["cpu"]["client"]["processes"] == 2
+        assert line["audio_s"] == line["server_audio_s"] == line["sessions"] * lines[0]["audio_s"] > 0
+        assert line["cpu"]["engines"]["processes"] == line["engines"] == 2
+        detail = line["engines_detail"]
+        assert [engine["index"] for engine in detail] == [0, 1] and len({engine["pid"] for engine in detail}) == 2
+        assert sum(engine["segments"] for engine in detail) == line["sessions"]  # the level's segments only
+        assert line["engine_spread_pct"] == spread_pct([engine["segments"] for engine in detail])
+    busiest = lines[1]["engines_detail"]
+    assert all(engine["segments"] > 0 and engine["batch_size"] > 0 for engine in busiest)  # most free slots first
+
+
+def test_an_engine_killed_mid_level_fails_only_its_sessions_and_the_other_serves_on(
+    tiny_checkpoint: Callable[..., Path],
+) -> None:
+    first, second = run_script(
+        *("--model", str(tiny_checkpoint("voxcpm2", stop=False)), "--device", "cpu,cpu", "--workers", "2"),
+        *("--client-processes", "2", "--sessions", "4", "4", "--max-patches", "60", "--text", "Morning."),
+        *("--kill-engine", "1", "--kill-after-s", "0.5"),
+    )
+    killed = first["killed_engine"]
+    victim = first["engines_detail"][1]
+    assert killed["index"] == 1 and killed["pid"] == victim["pid"] and not victim["healthy"]
+    assert killed["at_s"] >= 0.5 and killed["running_at_kill"] > 0 and killed["ready_after"] == 200
+    [(code, failed)] = first["sessions_failed"].items()
+    assert code == "internal" and "engine" in first["failure_messages"][code]
+    assert 0 < failed <= killed["segments_granted_before_kill"] <= victim["segments"]
+    assert first["sessions_finished"] == 4 - failed
+    # The sessions that finished got all their audio: as much as every session of the next level, which the engine
+    # left serves alone (the kill happens once).
+    assert first["audio_s"] == first["server_audio_s"] == first["sessions_finished"] * second["audio_s_per_session"]
+    assert second["killed_engine"] is None and (second["sessions_finished"], second["sessions_failed"]) == (4, {})
+    assert [engine["segments"] for engine in second["engines_detail"]] == [4, 0]
+    assert second["engine_spread_pct"] == 200.0
 
 
 async def test_a_running_server_is_measured_at_its_url_and_a_rate_it_cannot_make_stops_the_run(
@@ -104,6 +166,8 @@ def test_settings_pair_rates_with_formats_and_refuse_what_the_server_cannot_make
     assert args.settings == [Setting("opus", 48000), Setting("pcm_s16le", 24000)] and args.sessions == [1, 512]
     assert parse_args(["--format", "mulaw", "opus"]).settings == [Setting("mulaw", None), Setting("opus", None)]
     assert parse_args(["--device", "cuda"]).sessions == [1, 32, 128, 256]  # as before: PCM at the model's rate
+    assert parse_args(["--device", "0,1"]).sessions == [1, 32, 128, 256]  # GPUs by number, one engine each
+    assert parse_args(["--device", "cpu,cpu"]).sessions == [1, 8]
     refused = {
         ("--format", "mulaw", "--sample-rate", "16000"): "mulaw is 8000 Hz only",
         ("--format", "opus", "pcm_s16le", "--sample-rate", "44100"): "opus takes --sample-rate",
@@ -112,6 +176,11 @@ def test_settings_pair_rates_with_formats_and_refuse_what_the_server_cannot_make
         ("--sessions", "0"): "at least 1",
         ("--url", "http://127.0.0.1:1", "--profile-sessions", "8"): "not one at --url",
         ("--url", "http://127.0.0.1:1", "--server-args=--workers 1"): "--server-args are for the server",
+        ("--client-processes", "0"): "at least 1",
+        ("--kill-engine", "1"): "go together",
+        ("--kill-engine", "-1", "--kill-after-s", "2"): "must be >= 0",
+        ("--url", "http://127.0.0.1:1", "--kill-engine", "1", "--kill-after-s", "2"): "not one at --url",
+        ("--device", "gpu0"): "--device: bad device 'gpu0'",
     }
     for argv, message in refused.items():
         with pytest.raises(SystemExit):
@@ -150,6 +219,11 @@ def test_a_role_with_a_process_that_cannot_be_read_is_null() -> None:
     roles = {"engines": [10], "workers": [11, 12]}
     before = {10: 1.0, 11: 2.0, 12: 3.0}
     after = {10: 3.0, 11: 2.5, 12: None}  # worker 12 died during the window
-    report = cpu_report(roles, before, after, client_cpu_s=0.5, window_s=2.0)
+    report = cpu_report(roles, before, after, client_cpu_s=[0.5], window_s=2.0)
     assert report["engines"] == {"processes": 1, "cpu_s": 2.0, "util": 1.0, "cpu_s_max": 2.0, "util_max": 1.0}
     assert report["workers"] is None and report["client"]["util"] == 0.25
+
+
+def test_spread_is_the_gap_between_the_busiest_and_idlest_engine_over_the_mean() -> None:
+    assert spread_pct([90, 110]) == 20.0 and spread_pct([4, 0]) == 200.0 and spread_pct([3, 3, 3]) == 0.0
+    assert spread_pct([7]) is None and spread_pct([0, 0]) is None  # one engine, or nothing granted
