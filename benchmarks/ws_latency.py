@@ -17,9 +17,9 @@ process k mod N: all open their sessions, then start together (a barrier), and t
 client process saturates a core at several hundred xRT of Opus; then the figures would be the client's limit.
 
 `--kill-engine I --kill-after-s S` SIGKILLs engine I (its pid from /status; the server this script starts) S seconds
-after the sessions of the first measured level start (a level that ends sooner is not killed; the next is tried): the
-contexts that engine held fail, the others go on, their next segments on the engines left. It happens once: the
-supervisor does not restart an engine, so later levels run on the engines left.
+after the sessions of the last level (of the last setting) start, so the levels before measure every engine: the
+contexts that engine held fail, the others go on, their next segments on the engines left (the supervisor does not
+restart an engine). A level that ends sooner than S kills nothing.
 
 One JSON line per setting and session count. A session that ends without `context.done` does not stop the run: it
 is counted in `sessions_failed` and left out of every other figure, which are over the finished sessions only.
@@ -532,8 +532,8 @@ def result_line(
     level: Level,
     server: dict[str, Any],
 ) -> dict[str, Any]:
-    """`server`: what was seen of the server during the level: `model`, `roles`, the /status `before` and `after`
-    it, its `samples` and what was `killed` (None)."""
+    """`server`: what was seen of the server during the level: its `model`, process `roles`, the /status `before`
+    and `after` it, its `samples` and what was `killed` (None)."""
     results = level.results
     first = [1000 * r.first_frame_s for r in results]
     worst = [1000 * r.worst_gap_s for r in results]
@@ -607,52 +607,66 @@ async def measure(args: argparse.Namespace, base: str, supervisor: int | None) -
 async def measure_settings(
     args: argparse.Namespace, base: str, url: str, supervisor: int | None, model: str, clients: Clients
 ) -> None:
-    kill = args.kill_engine is not None  # once: in the first measured level that outlasts --kill-after-s
-    for setting in args.settings:
+    for s, setting in enumerate(args.settings):
         status = await wait_disconnected(base)
         # Warm-up, unmeasured: a few sessions for every worker, so that each has served this format once.
         warmup = min(max(args.sessions), 2 * len(status["worker_processes"]))
         await run_level(clients, url, warmup, args, setting, lambda: {})
-        for sessions in args.sessions:
-            before = await wait_disconnected(base)
-            roles = server_roles(before, supervisor)  # a worker that died meanwhile came back with another pid
-            pids = sorted({pid for members in roles.values() for pid in members})
-            start: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-            samples: list[dict[str, Any]] = []
-            sampler = asyncio.create_task(sample_status(base, start, samples))
-            killed: dict[str, Any] = {}
-            killer = None
-            if kill:
-                killing = kill_engine(base, args.kill_engine, args.kill_after_s, start, before, killed)
-                killer = asyncio.create_task(killing)
-            profiler = None
-            if sessions == args.profile_sessions:
-                profiler = subprocess.Popen(
-                    [
-                        *("py-spy", "record", "--pid", str(supervisor), "--subprocesses", "--format", "raw"),
-                        *("--threads", "--rate", "50", "--output", args.profile_out, "--nonblocking"),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                )
-            snapshot = functools.partial(cpu_snapshot, pids)
-            try:
-                level = await run_level(clients, url, sessions, args, setting, snapshot, start)
-            finally:
-                sampler.cancel()
-                if killer is not None:
-                    killer.cancel()  # unless done: the level ended before the kill was due, nothing was killed
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await killer
-            if profiler is not None:
-                profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-                profiler.wait()
-            if killed:
-                kill = False
-                killed["ready_after"] = (await asyncio.to_thread(get_json, base + "/ready"))[0]
-            after = await server_status(base)
-            server = {"model": model, "roles": roles, "before": before, "after": after, "samples": samples}
-            line = result_line(args, setting, sessions, level, {**server, "killed": killed or None})
+        for i, sessions in enumerate(args.sessions):
+            last = s == len(args.settings) - 1 and i == len(args.sessions) - 1
+            kill = args.kill_engine is not None and last  # the levels before measure all the engines
+            line = await measure_level(args, base, url, supervisor, model, clients, setting, sessions, kill)
             print(orjson.dumps(line).decode(), flush=True)
+
+
+async def measure_level(
+    args: argparse.Namespace,
+    base: str,
+    url: str,
+    supervisor: int | None,
+    model: str,
+    clients: Clients,
+    setting: Setting,
+    sessions: int,
+    kill: bool,
+) -> dict[str, Any]:
+    """One level's line; `kill`: this level kills engine --kill-engine."""
+    before = await wait_disconnected(base)
+    roles = server_roles(before, supervisor)  # a worker that died meanwhile came back with another pid
+    pids = sorted({pid for members in roles.values() for pid in members})
+    start: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    samples: list[dict[str, Any]] = []
+    sampler = asyncio.create_task(sample_status(base, start, samples))
+    killed: dict[str, Any] = {}
+    killer = None
+    if kill:
+        killer = asyncio.create_task(kill_engine(base, args.kill_engine, args.kill_after_s, start, before, killed))
+    profiler = None
+    if sessions == args.profile_sessions:
+        profiler = subprocess.Popen(
+            [
+                *("py-spy", "record", "--pid", str(supervisor), "--subprocesses", "--format", "raw"),
+                *("--threads", "--rate", "50", "--output", args.profile_out, "--nonblocking"),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+    try:
+        level = await run_level(clients, url, sessions, args, setting, functools.partial(cpu_snapshot, pids), start)
+    finally:
+        sampler.cancel()
+        if killer is not None:
+            killer.cancel()  # unless done: the level ended before the kill was due, nothing was killed
+            with contextlib.suppress(asyncio.CancelledError):
+                await killer
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        profiler.wait()
+    if killed:
+        killed["ready_after"] = (await asyncio.to_thread(get_json, base + "/ready"))[0]
+    after = await server_status(base)
+    server = {"model": model, "roles": roles, "before": before, "after": after, "samples": samples}
+    server["killed"] = killed or None
+    return result_line(args, setting, sessions, level, server)
 
 
 def free_port() -> int:
@@ -683,11 +697,14 @@ def main(args: argparse.Namespace) -> None:
 
             model = str(make_checkpoint("voxcpm2", "tiny", Path(scratch) / "tiny"))
         port = free_port()
-        most = str(max(args.sessions))
+        most = max(args.sessions)
+        engines = len(ServerConfig(devices=args.device).engine_devices())
         command = [sys.executable, "-m", "wsserver", "--model", model, "--device", args.device, "--port", str(port)]
-        # Every session gets an engine slot and a connection: the benchmark measures the engine under that load, not
-        # the server's FIFO in front of a smaller engine.
-        command += ["--max-num-seqs", most, "--max-connections", most, "--max-patches", str(args.max_patches)]
+        # Every session gets an engine slot and a connection: the benchmark measures the engines under that load, not
+        # the server's FIFO in front of smaller engines. Each engine has its share of the slots, as many as one engine
+        # serving that share alone would have.
+        command += ["--max-num-seqs", str(-(-most // engines)), "--max-connections", str(most)]
+        command += ["--max-patches", str(args.max_patches)]
         if args.workers is not None:
             command += ["--workers", str(args.workers)]
         command += shlex.split(args.server_args)
