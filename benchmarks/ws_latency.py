@@ -98,7 +98,7 @@ import orjson
 import uvloop
 
 from wsserver.client import Cancelled, Client, ConnectionLost, ContextFailed, Done, Packet, Refused
-from wsserver.config import ServerConfig
+from wsserver.config import EngineDevice, ServerConfig
 from wsserver.messages import MULAW_RATE, OPUS_RATES
 
 TEXT = (
@@ -592,9 +592,6 @@ async def measure(args: argparse.Namespace, base: str, supervisor: int | None) -
     try:
         for setting in args.settings:
             check_setting(setting, hello)
-        engines = len((await server_status(base))["engines"])
-        if args.kill_engine is not None and args.kill_engine >= engines:
-            raise ValueError(f"--kill-engine {args.kill_engine}: the server has {engines} engine(s), from 0")
     except ValueError as bad:
         raise SystemExit(f"ws_latency: {bad}") from None
     clients = Clients(args.client_processes)
@@ -698,7 +695,7 @@ def main(args: argparse.Namespace) -> None:
             model = str(make_checkpoint("voxcpm2", "tiny", Path(scratch) / "tiny"))
         port = free_port()
         most = max(args.sessions)
-        engines = len(ServerConfig(devices=args.device).engine_devices())
+        engines = len(engine_devices(args.device))
         command = [sys.executable, "-m", "wsserver", "--model", model, "--device", args.device, "--port", str(port)]
         # Every session gets an engine slot and a connection: the benchmark measures the engines under that load, not
         # the server's FIFO in front of smaller engines. Each engine has its share of the slots, as many as one engine
@@ -723,14 +720,19 @@ def main(args: argparse.Namespace) -> None:
                 server.wait()
 
 
+def engine_devices(device: str) -> list[EngineDevice]:
+    """The engines the server starts for `--device` (ValueError for what it would refuse)."""
+    return ServerConfig(devices=device).engine_devices()
+
+
 def on_gpu(device: str) -> bool:
-    """Whether `--device` names GPUs: "cuda", "cuda:1", "0,1" (ValueError for what the server would refuse)."""
-    return any(engine.device == "cuda" for engine in ServerConfig(devices=device).engine_devices())
+    """Whether `--device` names GPUs: "cuda", "cuda:1", "0,1"."""
+    return any(engine.device == "cuda" for engine in engine_devices(device))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sessions", type=int, nargs="+", help="default 1 32 128 256 on cuda, else 1 8")
+    parser.add_argument("--sessions", type=int, nargs="+", help="default 1 32 128 256 on GPUs, else 1 8")
     parser.add_argument("--model", default=None, help="checkpoint; default: a freshly generated tiny random one")
     device_help = "the server's --devices: cpu, cuda, cuda:N, or one engine per entry: 0,1 (GPUs), cpu,cpu"
     parser.add_argument("--device", default="cpu", help=device_help)
@@ -752,7 +754,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile-out", default="artifacts/ws-profile.txt", help="py-spy's collapsed stacks")
     clients_help = "client processes the sessions of a level are spread over (default 1)"
     parser.add_argument("--client-processes", type=int, default=1, help=clients_help)
-    parser.add_argument("--kill-engine", type=int, help="SIGKILL this engine (index in /status) in a measured level")
+    parser.add_argument("--kill-engine", type=int, help="SIGKILL this engine (index in /status) in the last level")
     parser.add_argument("--kill-after-s", type=float, help="...this long after its sessions start to speak")
     args = parser.parse_args(argv)
     try:
@@ -771,12 +773,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--kill-engine and --kill-after-s go together")
     if args.kill_engine is not None and (args.kill_engine < 0 or args.kill_after_s < 0):
         parser.error("--kill-engine and --kill-after-s must be >= 0")
-    if args.url is not None and args.kill_engine is not None:
-        parser.error("--kill-engine kills an engine of the server this script starts, not one at --url")
     try:
-        gpu = on_gpu(args.device)
+        engines = engine_devices(args.device)
     except ValueError as bad:
         parser.error(f"--device: {bad}")
+    if args.kill_engine is not None:
+        if args.url is not None:
+            parser.error("--kill-engine kills an engine of the server this script starts, not one at --url")
+        if args.workers == 0:
+            parser.error("--kill-engine kills an engine process: not with --workers 0 (the engine is the server)")
+        if args.kill_engine >= len(engines):
+            parser.error(f"--kill-engine {args.kill_engine}: --device {args.device} starts {len(engines)} engine(s)")
+    gpu = on_gpu(args.device)
     args.sessions = args.sessions or ([1, 32, 128, 256] if gpu else [1, 8])
     return args
 

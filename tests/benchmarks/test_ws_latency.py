@@ -177,6 +177,8 @@ def test_settings_pair_rates_with_formats_and_refuse_what_the_server_cannot_make
         ("--kill-engine", "1"): "go together",
         ("--kill-engine", "-1", "--kill-after-s", "2"): "must be >= 0",
         ("--url", "http://127.0.0.1:1", "--kill-engine", "1", "--kill-after-s", "2"): "not one at --url",
+        ("--kill-engine", "0", "--kill-after-s", "2", "--workers", "0"): "not with --workers 0",
+        ("--device", "cpu,cpu", "--kill-engine", "2", "--kill-after-s", "2"): "--device cpu,cpu starts 2 engine(s)",
         ("--device", "gpu0"): "--device: bad device 'gpu0'",
     }
     for argv, message in refused.items():
