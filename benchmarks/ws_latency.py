@@ -47,11 +47,13 @@ is counted in `sessions_failed` and left out of every other figure, which are ov
 - `engine`: all engines' step time, batch size and running contexts (means of /status samples taken every 0.25 s
   while the server generated; the step time is the engines' mean, the others their sums);
 - `engines_detail`: per engine (`index` in /status): `pid`, `segments` granted to it during the level, `healthy` at
-  its end, and its own mean `step_ms`, `batch_size` and `running` over the same samples; `engine_spread_pct`:
-  (max - min) / mean of the engines' `segments`, in percent (null with one engine);
-- `killed_engine` (null unless this level killed one): `index`, `pid`, `at_s` (after the start),
-  `running_at_kill` (its `running` in /status just before), `segments_granted_before_kill` (during the level) and
-  `ready_after` (/ready's HTTP status after the level: 200 while an engine serves).
+  its end, and over the same samples its own mean `step_ms`, `batch_size` and `running` (the engine's figures) and
+  `generating` (the server's: segments holding its slots); `engine_spread_pct`: (max - min) / mean of the engines'
+  `segments`, in percent (null with one engine);
+- `killed_engine` (null unless this level killed one): `index`, `pid`, `at_s` (after the start), its `running` and
+  `generating` in /status just before (`running_at_kill`, `generating_at_kill`: the contexts that should fail),
+  `segments_granted_before_kill` (during the level) and `ready_after` (/ready's HTTP status after the level: 200
+  while an engine serves).
 
 `--server-args='--pace-admissions off'` passes more flags to the server it starts (an A/B of one engine setting); each
 line repeats them (`server_args`).
@@ -473,31 +475,30 @@ def busy(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [s for s in samples if s["engine"]["running"]]
 
 
-def means(figures: list[dict[str, Any]]) -> dict[str, float] | None:
-    if not figures:
-        return None
-    return {key: round(statistics.mean(f[key] for f in figures), 2) for key in ("step_ms", "batch_size", "running")}
+ENGINE_MEANS = ("step_ms", "batch_size", "running")
+
+
+def means(figures: list[dict[str, Any]], keys: tuple[str, ...] = ENGINE_MEANS) -> dict[str, float | None]:
+    """The mean of each of `keys` over `figures` (null without any)."""
+    return {key: round(statistics.mean(f[key] for f in figures), 2) if figures else None for key in keys}
 
 
 def engines_detail(
-    before: dict[str, Any], after: dict[str, Any], samples: list[dict[str, Any]]
+    before: dict[str, Any], after: dict[str, Any], sampled: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Per engine: its pid, the segments the server granted it between the two statuses, whether it still serves,
-    and its mean step time, batch size and running contexts over the busy samples."""
-    sampled = busy(samples)
-    detail = []
-    for index, (start, end) in enumerate(zip(before["engines"], after["engines"], strict=True)):
-        figures = means([s["engines"][index] for s in sampled]) or dict.fromkeys(("step_ms", "batch_size", "running"))
-        detail.append(
-            {
-                "index": index,
-                "pid": end["pid"],
-                "healthy": end["healthy"],
-                "segments": end["segments"] - start["segments"],
-                **figures,
-            }
-        )
-    return detail
+    and over the busy samples its mean step time, batch size and running contexts (the engine's figures) and
+    generating segments (the server's: those holding its slots)."""
+    return [
+        {
+            "index": index,
+            "pid": end["pid"],
+            "healthy": end["healthy"],
+            "segments": end["segments"] - start["segments"],
+            **means([s["engines"][index] for s in sampled], (*ENGINE_MEANS, "generating")),
+        }
+        for index, (start, end) in enumerate(zip(before["engines"], after["engines"], strict=True))
+    ]
 
 
 def spread_pct(segments: list[int]) -> float | None:
@@ -521,6 +522,7 @@ async def kill_engine(
         pid=engine["pid"],
         at_s=round(time.monotonic() - started, 3),
         running_at_kill=engine["running"],
+        generating_at_kill=engine["generating"],
         segments_granted_before_kill=engine["segments"] - before["engines"][index]["segments"],
     )
 
@@ -539,7 +541,8 @@ def result_line(
     worst = [1000 * r.worst_gap_s for r in results]
     audio = sum(r.audio_s for r in results)
     roles = server["roles"]
-    detail = engines_detail(server["before"], server["after"], server["samples"])
+    sampled = busy(server["samples"])
+    detail = engines_detail(server["before"], server["after"], sampled)
     failed = Counter(f.code for f in level.failures)
     return {
         "sessions": sessions,
@@ -577,7 +580,7 @@ def result_line(
         "xrt": round(audio / level.wall_s, 2),
         "client_cpu_s": round(sum(level.client_cpu_s), 2),
         "cpu": cpu_report(roles, *level.server_cpu, level.client_cpu_s, level.wall_s),
-        "engine": means([s["engine"] for s in busy(server["samples"])]),
+        "engine": means([s["engine"] for s in sampled]) if sampled else None,
         "engines_detail": detail,
         "engine_spread_pct": spread_pct([engine["segments"] for engine in detail]),
         "killed_engine": server["killed"],

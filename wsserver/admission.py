@@ -30,6 +30,11 @@ class SlotQueue(Generic[T]):
         return sum(self.capacity)
 
     @property
+    def used(self) -> list[int]:
+        """Per engine: the slots held now (its generating segments)."""
+        return list(self._used)
+
+    @property
     def waiting(self) -> list[T]:
         """Tickets waiting, in the order they will be granted."""
         return [*self._continuing, *self._new]

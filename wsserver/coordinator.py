@@ -242,9 +242,9 @@ class Coordinator:
             },
             "engine": _engine_totals(stats, slots),
             "engines": [
-                _engine_figures(engine, capacity, segments)
-                for engine, capacity, segments in zip(
-                    self.engines, self.queue.capacity, self.queue.granted, strict=True
+                _engine_figures(engine, capacity, generating, segments)
+                for engine, capacity, generating, segments in zip(
+                    self.engines, self.queue.capacity, self.queue.used, self.queue.granted, strict=True
                 )
             ],
             "utilisation_pct": round(100.0 * holders / slots, 1) if slots else 100.0,
@@ -272,8 +272,9 @@ class Coordinator:
         return metrics.render(gauges)
 
 
-def _engine_figures(engine: EngineView, slots: int, segments: int) -> dict[str, Any]:
-    """One engine's figures; `segments`: how many the coordinator has granted it since the start."""
+def _engine_figures(engine: EngineView, slots: int, generating: int, segments: int) -> dict[str, Any]:
+    """One engine's figures; the coordinator's: `generating`, the segments holding one of its slots now, and
+    `segments`, how many it has been granted since the start."""
     stats = engine.stats()
     return {
         "pid": getattr(engine, "pid", os.getpid()),  # an engine process's, or this process's engine thread's
@@ -282,6 +283,7 @@ def _engine_figures(engine: EngineView, slots: int, segments: int) -> dict[str, 
         "waiting": stats.waiting,
         "paused": stats.paused,
         "slots": slots,
+        "generating": generating,
         "segments": segments,
         "step_ms": round(stats.step_ms_avg, 2),
         "batch_size": round(stats.batch_size_avg, 2),

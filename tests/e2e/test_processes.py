@@ -58,6 +58,7 @@ async def test_segments_spread_over_two_engines(tiny_checkpoint: Callable[..., P
         # the coordinator's count of the segments it routed to each engine (8 contexts, a segment or more each)
         assert all(engine["segments"] > 0 for engine in status["engines"])
         assert sum(engine["segments"] for engine in status["engines"]) >= 8
+        assert [engine["generating"] for engine in status["engines"]] == [0, 0]
         assert status["contexts"] == {"active": 0, "generating": 0, "queued": 0, "paused": 0}
         metrics = (await http_get(server.http + "/metrics"))[2].decode()
         assert 'ttsws_contexts_total{outcome="done"} 8' in metrics and "ttsws_engines_healthy 2.0" in metrics

@@ -27,12 +27,12 @@ def test_segments_go_to_the_engine_with_the_most_room() -> None:
 def test_segments_granted_are_counted_per_engine_whether_at_once_or_from_the_queue() -> None:
     queue: SlotQueue[str] = SlotQueue([1, 2])
     assert [queue.acquire(t, continuing=False) for t in "abcd"] == [1, 0, 1, None]
-    assert queue.granted == [1, 2]
+    assert queue.granted == [1, 2] and queue.used == [1, 2]
     assert queue.release("a") == [("d", 1)] and queue.release("b") == []  # leaving a slot counts nothing
     assert queue.release("x") == [] and queue.granted == [1, 3]  # nor does an unknown ticket
     queue.set_capacity(1, 0)
     assert queue.release("c") == [] and queue.acquire("e", continuing=True) == 0
-    assert queue.granted == [2, 3]  # cumulative: the count outlives the holders
+    assert queue.granted == [2, 3] and queue.used == [1, 1]  # cumulative: the count outlives the holders
 
 
 def test_an_engine_that_goes_down_takes_no_more_segments() -> None:
