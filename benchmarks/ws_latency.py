@@ -437,12 +437,15 @@ def get_json(url: str) -> tuple[int, Any]:
 
 
 def wait_ready(base: str, server: subprocess.Popen[bytes]) -> None:
+    """Until every engine serves: /ready answers 200 as soon as one does, and a level started then would measure the
+    others' share on it."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError(f"the server exited with {server.returncode} before it was ready")
         with contextlib.suppress(OSError):  # not listening yet
-            if get_json(base + "/ready")[0] == 200:
+            code, status = get_json(base + "/status")
+            if code == 200 and status["ready"] and all(engine["healthy"] for engine in status["engines"]):
                 return
         time.sleep(0.5)
     raise RuntimeError(f"the server was not ready after {START_TIMEOUT_S} s")
