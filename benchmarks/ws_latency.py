@@ -336,7 +336,12 @@ def _join(barrier: threading.Barrier) -> None:
 def client_share(url: str, seeds: list[int], text: str, word_gap_s: float, setting: Setting, handshakes: int) -> Share:
     """A client process's part of a level (its own uvloop): open a session per seed, wait for every process's
     sessions to be open, wait for the go (the parent's CPU snapshot comes between), then speak all at once."""
-    return uvloop.run(_client_share(url, seeds, text, word_gap_s, setting, handshakes))
+    try:
+        return uvloop.run(_client_share(url, seeds, text, word_gap_s, setting, handshakes))
+    except Exception as error:
+        # As text: the parent unpickles what a process raises, and an exception taking other arguments than its
+        # message (the client's Rejected, websockets' own) would reach it as a broken pool instead.
+        raise RuntimeError(f"a client process: {type(error).__name__}: {error}") from None
 
 
 async def _client_share(

@@ -17,11 +17,13 @@ import orjson
 import pytest
 
 from benchmarks.ws_latency import (
+    Clients,
     Setting,
     check_setting,
     cpu_report,
     parse_args,
     process_cpu_s,
+    run_level,
     server_roles,
     spread_pct,
 )
@@ -227,3 +229,23 @@ def test_a_role_with_a_process_that_cannot_be_read_is_null() -> None:
 def test_spread_is_the_gap_between_the_busiest_and_idlest_engine_over_the_mean() -> None:
     assert spread_pct([90, 110]) == 20.0 and spread_pct([4, 0]) == 200.0 and spread_pct([3, 3, 3]) == 0.0
     assert spread_pct([7]) is None and spread_pct([0, 0]) is None  # one engine, or nothing granted
+
+
+async def test_a_client_process_that_cannot_connect_stops_the_level_with_its_own_error() -> None:
+    async def not_found(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(not_found, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    clients = Clients(2)
+    try:
+        # Its message, not a broken pool (the client's Rejected does not unpickle) nor a barrier waiting forever.
+        with pytest.raises(RuntimeError, match="a client process: Rejected: HTTP 404"):
+            url = f"ws://127.0.0.1:{port}/v1/tts/ws"
+            await run_level(clients, url, 3, parse_args([]), Setting("opus", None), lambda: {})
+    finally:
+        clients.close()
+        server.close()
