@@ -338,6 +338,8 @@ def client_share(url: str, seeds: list[int], text: str, word_gap_s: float, setti
     sessions to be open, wait for the go (the parent's CPU snapshot comes between), then speak all at once."""
     try:
         return uvloop.run(_client_share(url, seeds, text, word_gap_s, setting, handshakes))
+    except threading.BrokenBarrierError:
+        raise  # another process failed: the parent reports that one's error
     except Exception as error:
         # As text: the parent unpickles what a process raises, and an exception taking other arguments than its
         # message (the client's Rejected, websockets' own) would reach it as a broken pool instead.
