@@ -80,6 +80,32 @@ def snake_torch(
     return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
 
 
+def snake_beta_torch(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
+    """SnakeBeta (the Qwen3-TTS codec's activation): x + sin²(x·e^a) / (e^b + 1e-9) with per-channel logs a, b [C]
+    (fp32), x [B, C, L]. Computed in fp32 and rounded once to x's dtype, so a 16-bit x costs one rounding; for an
+    fp32 x these are exactly the reference's ops."""
+    alpha = torch.exp(log_alpha)[None, :, None]
+    beta = torch.exp(log_beta)[None, :, None]
+    xf = x.float()
+    return (xf + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(xf * alpha), 2)).to(x.dtype)
+
+
+def qk_norm_rope_torch(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen3's per-head q/k RMSNorm, then RoPE: q [..., H, D], k [..., Hkv, D], cos/sin [R, 1, D]."""
+    return (
+        rope_torch(rms_norm_torch(q, q_weight, eps), cos, sin),
+        rope_torch(rms_norm_torch(k, k_weight, eps), cos, sin),
+    )
+
+
 def dense_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """Bidirectional attention within each row: q [B, S, H, D], k/v [B, S, Hkv, D] -> [B, S, H, D]."""
     out = F.scaled_dot_product_attention(
@@ -198,6 +224,24 @@ def rope_qk(
     return rope_torch(q, cos, sin), rope_torch(k, cos, sin)
 
 
+def qk_norm_rope(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """See qk_norm_rope_torch. The fused kernel normalises and rotates q and k in place inside their (strided) qkv
+    buffer, one launch for what the twin does in ~20 (two norms, two rotations in fp32)."""
+    if _fused(q):
+        from engine.kernels import triton_ops
+
+        return triton_ops.qk_norm_rope_(q, k, q_weight, k_weight, eps, cos, sin)
+    return qk_norm_rope_torch(q, k, q_weight, k_weight, eps, cos, sin)
+
+
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     if _fused(gate_up):
         from engine.kernels import triton_ops
@@ -215,6 +259,15 @@ def snake(
 
         return triton_ops.snake(x, alpha, affine)
     return snake_torch(x, alpha, affine)
+
+
+def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
+    """See snake_beta_torch: one pass instead of the twin's ~8 (the codec's activations are its largest tensors)."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.snake_beta(x, log_alpha, log_beta)
+    return snake_beta_torch(x, log_alpha, log_beta)
 
 
 def pointwise_residual(

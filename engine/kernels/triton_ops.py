@@ -4,6 +4,8 @@ do not cover (mixed dtypes, odd layouts) fall back to the twin, so callers never
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -19,11 +21,35 @@ from engine.kernels import (
     guided_euler_torch_,
     lora_add_torch,
     pointwise_residual_torch,
+    qk_norm_rope_torch,
     rms_norm_torch,
     rope_torch,
     silu_mul_torch,
+    snake_beta_torch,
     snake_torch,
 )
+
+# Triton's CPU interpreter (TRITON_INTERPRET=1, how the kernels below were first run without a GPU) has no
+# libdevice; on the GPU libdevice's sin is the accurate one (arguments here reach hundreds of radians).
+if os.environ.get("TRITON_INTERPRET") == "1":
+
+    @triton.jit
+    def _sin(x):
+        return tl.sin(x)
+
+    @triton.jit
+    def _rsqrt(x):
+        return 1.0 / tl.sqrt(x)
+
+else:
+
+    @triton.jit
+    def _sin(x):
+        return libdevice.sin(x)
+
+    @triton.jit
+    def _rsqrt(x):
+        return libdevice.rsqrt(x)
 
 
 def _warps(block: int) -> int:
@@ -243,6 +269,119 @@ def snake(
             AFFINE=affine is not None, BLOCK=block, num_warps=4,
         )  # fmt: skip
     return out
+
+
+# -- SnakeBeta (the Qwen3-TTS codec's activation) ---------------------------------------------------------------
+
+
+@triton.jit(do_not_specialize=["length", "channels", "x_sb", "x_sc"])
+def _snake_beta_kernel(
+    x_ptr, la_ptr, lb_ptr, out_ptr, length, channels, x_sb, x_sc, BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    b, c = (row // channels).to(tl.int64), row % channels
+    t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = t < length
+    x = tl.load(x_ptr + b * x_sb + c * x_sc + t, mask=mask, other=0.0).to(tl.float32)
+    alpha = tl.exp(tl.load(la_ptr + c).to(tl.float32))
+    inv_beta = 1.0 / (tl.exp(tl.load(lb_ptr + c).to(tl.float32)) + 1e-9)
+    s = _sin(x * alpha)
+    tl.store(out_ptr + row.to(tl.int64) * length + t, (x + inv_beta * (s * s)).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
+    channels = x.shape[1] if x.dim() == 3 else -1
+    ok = (
+        x.dim() == 3
+        and x.stride(-1) == 1
+        and all(p.numel() == channels and p.is_contiguous() for p in (log_alpha, log_beta))
+    )
+    if not ok:
+        return snake_beta_torch(x, log_alpha, log_beta)
+    batch, _, length = x.shape
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        block = _time_block(length)
+        _snake_beta_kernel[(batch * channels, triton.cdiv(length, block))](
+            x, log_alpha, log_beta, out, length, channels, x.stride(0), x.stride(1), BLOCK=block, num_warps=4
+        )
+    return out
+
+
+# -- Qwen3's per-head q/k RMSNorm and RoPE, in place in the qkv buffer -------------------------------------------
+
+
+@triton.jit
+def _norm_rope_heads(base, w1, w2, eps, cos1, cos2, sin1, sin2, H: tl.constexpr, H_P: tl.constexpr, D: tl.constexpr):
+    """RMSNorm then rotate one token's H heads in place, with the twin's roundings (normed to the storage dtype, times
+    the weight rounded again, rotation in fp32 rounded once). Each thread loads both halves it rotates before it
+    stores them (see _rope_heads)."""
+    dtype = base.dtype.element_ty
+    h = tl.arange(0, H_P)[:, None]
+    mask = h < H
+    ptr = base + h * D + tl.arange(0, D // 2)[None, :]
+    x1 = tl.load(ptr, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(ptr + D // 2, mask=mask, other=0.0).to(tl.float32)
+    r = _rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / D + eps)[:, None]
+    n1 = ((x1 * r).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
+    n2 = ((x2 * r).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
+    tl.store(ptr, (n1 * cos1 - n2 * sin1).to(dtype), mask=mask)
+    tl.store(ptr + D // 2, (n2 * cos2 + n1 * sin2).to(dtype), mask=mask)
+
+
+@triton.jit(do_not_specialize=["n_rows"])
+def _qk_norm_rope_kernel(
+    q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_stride, k_stride, n_rows, eps,
+    HQ: tl.constexpr, HK: tl.constexpr, HQ_P: tl.constexpr, HK_P: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    token = tl.program_id(0).to(tl.int64)
+    row = token % n_rows
+    half = tl.arange(0, D // 2)[None, :]
+    cos1 = tl.load(cos_ptr + row * D + half).to(tl.float32)
+    cos2 = tl.load(cos_ptr + row * D + D // 2 + half).to(tl.float32)
+    sin1 = tl.load(sin_ptr + row * D + half).to(tl.float32)
+    sin2 = tl.load(sin_ptr + row * D + D // 2 + half).to(tl.float32)
+    qw1, qw2 = tl.load(qw_ptr + half).to(tl.float32), tl.load(qw_ptr + D // 2 + half).to(tl.float32)
+    kw1, kw2 = tl.load(kw_ptr + half).to(tl.float32), tl.load(kw_ptr + D // 2 + half).to(tl.float32)
+    _norm_rope_heads(q_ptr + token * q_stride, qw1, qw2, eps, cos1, cos2, sin1, sin2, HQ, HQ_P, D)
+    _norm_rope_heads(k_ptr + token * k_stride, kw1, kw2, eps, cos1, cos2, sin1, sin2, HK, HK_P, D)
+
+
+def qk_norm_rope_(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    dim = q.shape[-1]
+    q_stride, k_stride = _token_stride(q), _token_stride(k)
+    tables = cos.reshape(-1, dim), sin.reshape(-1, dim)
+    ok = (
+        q_stride is not None
+        and k_stride is not None
+        and q.dtype == k.dtype == q_weight.dtype == k_weight.dtype
+        and q.dtype in (torch.bfloat16, torch.float16, torch.float32)
+        and dim == triton.next_power_of_2(dim)
+        and q_weight.is_contiguous()
+        and k_weight.is_contiguous()
+        # fp32 tables (the twin rotates in fp32 whatever their dtype; the model's are fp32)
+        and all(t.is_contiguous() and t.dtype == torch.float32 for t in tables)
+        and q.shape[:-2] == k.shape[:-2]
+    )
+    if not ok:
+        return qk_norm_rope_torch(q, k, q_weight, k_weight, eps, cos, sin)
+    tokens = q.numel() // (q.shape[-2] * dim)
+    if tokens:
+        hq, hk = q.shape[-2], k.shape[-2]
+        _qk_norm_rope_kernel[(tokens,)](
+            q, k, q_weight, k_weight, tables[0], tables[1], q_stride, k_stride, tables[0].shape[0], eps,
+            HQ=hq, HK=hk, HQ_P=triton.next_power_of_2(hq), HK_P=triton.next_power_of_2(hk), D=dim,
+            num_warps=_warps(hq * dim),
+        )  # fmt: skip
+    return q, k
 
 
 # -- A conv's bias (and the residual add after it) in one pass, in place on its output -----------------------------

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from engine import kernels
 from engine.models.qwen3tts.config import CodecDecoderConfig
 from engine.models.qwen3tts.qwen3 import MLP
 
@@ -102,9 +103,7 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        alpha = torch.exp(self.alpha[None, :, None])
-        beta = torch.exp(self.beta[None, :, None])
-        return x + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)
+        return kernels.snake_beta(x, self.alpha, self.beta)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -337,6 +336,22 @@ class CodecDecoder(nn.Module):
             ]
         )
 
+        self.conv_dtype: torch.dtype | None = None  # None: the parameters' dtype throughout
+
+    def set_conv_dtype(self, dtype: torch.dtype) -> None:
+        """Run the upsamplers and the conv decoder (all but the quantizer, the transformer and the convolution
+        before it) in `dtype`: in 16 bits on CUDA their convs take tensor cores and their activations, the largest
+        tensors of a frame, half the bytes. SnakeBeta's parameters stay fp32 (they are exponentiated) and it computes
+        in fp32, rounding once; the causal contexts of these pieces take `dtype` with them (a state is made for one
+        conv dtype). The transformer stays fp32: it is small at one frame a step, and its residual stream feeds all
+        the rest."""
+        self.conv_dtype = dtype
+        for part in (self.upsample, self.decoder):
+            part.to(dtype)
+            for module in part.modules():
+                if isinstance(module, SnakeBeta):
+                    module.float()
+
     def new_state(self, batch: int) -> DecoderState:
         return DecoderState(batch)
 
@@ -347,10 +362,14 @@ class CodecDecoder(nn.Module):
             state = self.new_state(codes.shape[0])
         hidden = self.pre_conv(self.quantizer.decode(codes), state, "pre_conv").transpose(1, 2)
         hidden = self.pre_transformer(hidden, state).permute(0, 2, 1)
+        if self.conv_dtype is not None:
+            hidden = hidden.to(self.conv_dtype)
         for i, (up, block) in enumerate(self.upsample):
             hidden = block(up(hidden, state, f"up{i}"), state, f"up{i}.cnx")
         wav = self.decoder[0](hidden, state, "dec0")
         for i, block in enumerate(self.decoder[1:-2]):
             wav = block(wav, state, f"dec{i + 1}")
         wav = self.decoder[-1](self.decoder[-2](wav), state, "dec_out")
+        if self.conv_dtype is not None:
+            wav = wav.float()
         return wav.clamp(min=-1, max=1).squeeze(1)

@@ -121,6 +121,12 @@ class Qwen3TTSModel(nn.Module):
         if config.speaker_encoder is not None:
             self.speaker_encoder = SpeakerEncoder(config.speaker_encoder)
 
+    def fuse_projections(self) -> None:
+        """Fused q/k/v and gate/up weights in the talker and the code predictor (see Qwen3Stack.fuse_projections):
+        on CUDA, where a step is bound by kernel count; the CPU keeps the reference's separate GEMMs."""
+        self.talker.model.fuse_projections()
+        self.talker.code_predictor.model.fuse_projections()
+
     @property
     def device(self) -> torch.device:
         return self.talker.codec_head.weight.device

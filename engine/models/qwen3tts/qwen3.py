@@ -35,6 +35,18 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[
     return emb.cos().unsqueeze(-2), emb.sin().unsqueeze(-2)
 
 
+@torch.no_grad()
+def _fuse(linears: tuple[nn.Linear, ...]) -> torch.Tensor:
+    """The linears' weights stacked on the output axis in one tensor; each linear's weight becomes a view of it."""
+    fused = torch.cat([lin.weight for lin in linears])
+    start = 0
+    for lin in linears:
+        rows = lin.weight.shape[0]
+        lin.weight = nn.Parameter(fused[start : start + rows], requires_grad=False)
+        start += rows
+    return fused
+
+
 class Attention(nn.Module):
     def __init__(self, config: DecoderStackConfig, backend: AttentionBackend | None) -> None:
         super().__init__()
@@ -53,9 +65,28 @@ class Attention(nn.Module):
         # Paged pool of the talker's layer, bound by Qwen3TTSModel.allocate_kv_cache (not in the state dict).
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
+        self.qkv_weight: torch.Tensor | None = None  # set by fuse_projections
+
+    def fuse_projections(self) -> None:
+        """One [q; k; v] weight, so a call is one GEMM and one norm+RoPE kernel instead of three GEMMs and ~20 small
+        kernels (the code predictor's 15 passes a frame are bound by kernel count). q/k/v_proj become views of it:
+        the state dict and memory stay as they were."""
+        self.qkv_weight = _fuse((self.q_proj, self.k_proj, self.v_proj))
 
     def _qkv(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
         lead = x.shape[:-1]
+        if self.qkv_weight is not None:
+            widths = (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim)
+            q, k, v = nn.functional.linear(x, self.qkv_weight).split((widths[0], widths[1], widths[1]), dim=-1)
+            q, k = kernels.qk_norm_rope(
+                q.view(*lead, self.num_heads, self.head_dim),
+                k.view(*lead, self.num_kv_heads, self.head_dim),
+                self.q_norm.weight,
+                self.k_norm.weight,
+                self.q_norm.eps,
+                *rope,
+            )
+            return q, k, v.view(*lead, self.num_kv_heads, self.head_dim)
         q = self.q_norm(self.q_proj(x).view(*lead, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).view(*lead, self.num_kv_heads, self.head_dim))
         v = self.v_proj(x).view(*lead, self.num_kv_heads, self.head_dim)
@@ -103,8 +134,15 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_up_weight: torch.Tensor | None = None  # set by fuse_projections
+
+    def fuse_projections(self) -> None:
+        """One [gate; up] GEMM and the fused SiLU*mul instead of two GEMMs and two elementwise passes."""
+        self.gate_up_weight = _fuse((self.gate_proj, self.up_proj))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_weight is not None:
+            return self.down_proj(kernels.silu_mul(nn.functional.linear(x, self.gate_up_weight)))
         return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -116,9 +154,15 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, attend) -> torch.Tensor:
-        x = x + attend(self.self_attn, self.input_layernorm(x))
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, update: torch.Tensor | None, attend) -> tuple[torch.Tensor, torch.Tensor]:
+        """(residual, the previous layer's pending MLP output or None) -> (residual, this layer's MLP output): each
+        residual add runs fused with the norm after it (the same two roundings as an add then a norm)."""
+        if update is None:
+            h = self.input_layernorm(x)
+        else:
+            x, h = self.input_layernorm.add_forward(x, update)
+        x, h = self.post_attention_layernorm.add_forward(x, attend(self.self_attn, h))
+        return x, self.mlp(h)
 
 
 class Qwen3Stack(nn.Module):
@@ -136,9 +180,10 @@ class Qwen3Stack(nn.Module):
     def forward_paged(self, x: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:
         """x [N, hidden] packed, positions [N] -> normed hidden [N, hidden]."""
         rope = self.rope(positions)
+        update = None
         for layer in self.layers:
-            x = layer(x, lambda a, h: a.paged(h, rope, attn))
-        return self.norm(x)
+            x, update = layer(x, update, lambda a, h: a.paged(h, rope, attn))
+        return self._final_norm(x, update)
 
     def forward_cached(
         self,
@@ -155,9 +200,19 @@ class Qwen3Stack(nn.Module):
             rope = self.rope(torch.arange(start, end, device=x.device))
         else:
             rope = (rope[0][start:end], rope[1][start:end])
+        update = None
         for layer, cache in zip(self.layers, caches, strict=True):
-            x = layer(x, lambda a, h, cache=cache: a.cached(h, rope, cache, start))
-        return self.norm(x)
+            x, update = layer(x, update, lambda a, h, cache=cache: a.cached(h, rope, cache, start))
+        return self._final_norm(x, update)
+
+    def _final_norm(self, x: torch.Tensor, update: torch.Tensor | None) -> torch.Tensor:
+        return self.norm(x) if update is None else self.norm.add_forward(x, update)[1]
+
+    def fuse_projections(self) -> None:
+        """See Attention.fuse_projections and MLP.fuse_projections (CUDA: fewer, larger kernels per layer)."""
+        for layer in self.layers:
+            layer.self_attn.fuse_projections()
+            layer.mlp.fuse_projections()
 
     def new_caches(self, batch: int, length: int, device: torch.device, dtype: torch.dtype):
         shape = (batch, length, self.config.num_key_value_heads, self.config.head_dim)

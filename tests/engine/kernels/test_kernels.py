@@ -87,3 +87,26 @@ def test_lora_twin_applies_each_rows_slot() -> None:
     kernels.lora_add_(got, x, kernels.lora_rows(index, slots), a, b)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     assert torch.equal(got[0], y[0]) and torch.equal(got[5], y[5])
+
+
+def test_snake_beta_twin_is_the_reference_in_fp32_and_rounds_once_in_16_bits() -> None:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 3, 40, generator=gen) * 8
+    log_alpha, log_beta = torch.randn(3, generator=gen) * 0.3, torch.randn(3, generator=gen) * 0.3
+    alpha, beta = torch.exp(log_alpha[None, :, None]), torch.exp(log_beta[None, :, None])
+    reference = x + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)  # qwen-tts' SnakeBeta
+    assert torch.equal(kernels.snake_beta(x, log_alpha, log_beta), reference)
+    half = x.half()
+    got = kernels.snake_beta(half, log_alpha, log_beta)
+    assert got.dtype == torch.float16
+    assert torch.equal(got, kernels.snake_beta_torch(half.float(), log_alpha, log_beta).half())
+
+
+def test_qk_norm_rope_twin_is_norm_then_rope() -> None:
+    gen = torch.Generator().manual_seed(2)
+    q, k = torch.randn(3, 2, 4, 8, generator=gen), torch.randn(3, 2, 2, 8, generator=gen)
+    qw, kw = torch.rand(8, generator=gen) + 0.5, torch.rand(8, generator=gen) + 0.5
+    angles = torch.randn(2, 1, 8, generator=gen)
+    got = kernels.qk_norm_rope(q, k, qw, kw, 1e-6, angles.cos(), angles.sin())
+    for out, x, w in zip(got, (q, k), (qw, kw), strict=True):
+        assert torch.equal(out, kernels.rope_torch(kernels.rms_norm_torch(x, w, 1e-6), angles.cos(), angles.sin()))

@@ -313,3 +313,44 @@ def test_lora_add_replays_in_a_cuda_graph() -> None:
         expected = y0.clone()
         kernels.lora_add_torch(expected, x, index, a, b)
         _assert_lora_close(y, expected, y0, index)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("batch", "channels", "length"), [(1, 96, 1920), (64, 768, 32), (3, 5, 7)])
+def test_snake_beta(dtype: torch.dtype, batch: int, channels: int, length: int) -> None:
+    """Against the twin, on a time-sliced input (a trimmed transposed-conv output is strided so)."""
+    full = torch.randn(batch, channels, length + 9, device="cuda", dtype=dtype) * 8
+    x = full[..., 4 : 4 + length]
+    log_alpha = torch.randn(channels, device="cuda") * 0.3
+    log_beta = torch.randn(channels, device="cuda") * 0.3
+    got = triton_ops.snake_beta(x, log_alpha, log_beta)
+    want = kernels.snake_beta_torch(x, log_alpha, log_beta)
+    assert got.dtype == dtype and got.is_contiguous()
+    # Both compute in fp32 and round once: one ulp of the storage dtype apart at most, plus what an ulp of exp(a)
+    # or of sin moves sin²(a·x) by at |a·x| up to ~80 rad (~1e-5; 1e-4 allowed).
+    ulp = {torch.float16: 2**-10, torch.bfloat16: 2**-7, torch.float32: 2**-23}[dtype]
+    assert bool(((got.float() - want.float()).abs() <= ulp * want.float().abs() + 1e-4).all())
+
+
+@pytest.mark.parametrize("lead", [(7,), (64, 1), (6, 2), (2048,)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_qk_norm_rope_in_place_on_qkv_views(lead: tuple[int, ...], dtype: torch.dtype) -> None:
+    """As Attention._qkv calls it with fused projections: q and k strided views of one qkv output, fp32 tables
+    with one row per position (the last lead axis), v untouched."""
+    heads, kv_heads, dim = 16, 8, 128
+    rows = lead[-1]
+    qkv = torch.randn(*lead, (heads + 2 * kv_heads) * dim, device="cuda", dtype=dtype) * 3
+    q, k, _ = qkv.split((heads * dim, kv_heads * dim, kv_heads * dim), dim=-1)
+    q, k = q.view(*lead, heads, dim), k.view(*lead, kv_heads, dim)
+    qw = (torch.rand(dim, device="cuda") + 0.5).to(dtype)
+    kw = (torch.rand(dim, device="cuda") + 0.5).to(dtype)
+    angles = torch.randn(rows, 1, dim, device="cuda") * 10
+    cos, sin = angles.cos(), angles.sin()
+    want = kernels.qk_norm_rope_torch(q, k, qw, kw, 1e-6, cos, sin)
+    v_before = qkv[..., (heads + kv_heads) * dim :].clone()
+    got = triton_ops.qk_norm_rope_(q, k, qw, kw, 1e-6, cos, sin)
+    assert got[0].data_ptr() == q.data_ptr()  # in place
+    for g, w in zip(got, want, strict=True):
+        assert _rel(g, w) < 4e-3
+        assert float((g.float() - w.float()).abs().max()) <= 2**-6 * float(w.float().abs().max())
+    assert torch.equal(qkv[..., (heads + kv_heads) * dim :], v_before)

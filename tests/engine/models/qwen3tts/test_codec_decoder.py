@@ -62,3 +62,20 @@ def test_rows_of_one_state_are_independent(loaded) -> None:
     assert (part[0] - alone_a[4 * SPF : 8 * SPF]).abs().max() < STREAM_TOL
     assert (tail[0] - alone_a[8 * SPF : 11 * SPF]).abs().max() < STREAM_TOL
     assert (tail[1] - alone_b[4 * SPF : 7 * SPF]).abs().max() < STREAM_TOL
+
+
+def test_conv_dtype_runs_the_conv_part_in_16_bits_and_streams(loaded) -> None:
+    """set_conv_dtype (CUDA's fp16 decoder) on the CPU: float32 audio out, the conv contexts in the 16-bit dtype,
+    the transformer's in fp32, SnakeBeta's parameters fp32; the audio near the fp32 decoder's (the tiny random
+    decoder amplifies fp16 rounding to ~1e-2 of full scale here; the GPU test bounds the full-size one)."""
+    fp32 = loaded("customvoice-0.6b").codec_decoder
+    half = copy.deepcopy(fp32)
+    half.set_conv_dtype(torch.float16)
+    assert half.decoder[-2].alpha.dtype == torch.float32 and half.decoder[0].conv.weight.dtype == torch.float16
+    codes = _codes(6, 3)
+    want = fp32(codes[None])[0]
+    state = half.new_state(1)
+    got = torch.cat([half(codes[None, i : i + 1], state)[0] for i in range(6)])
+    assert got.dtype == torch.float32
+    assert state.tensors["dec0"].dtype == torch.float16 and state.tensors["attn0.k"].dtype == torch.float32
+    assert float((got - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()) < 0.05
