@@ -316,6 +316,18 @@ def guided_euler_(
     guided_euler_torch_(x, v_c, v_u, cfg, dt, frozen)
 
 
+def counter_uniform(seeds: torch.Tensor, steps: torch.Tensor, count: int) -> torch.Tensor:
+    """engine.noise.uniform's float64 [B, count] (its twin is engine.noise.uniform_torch): the fused kernel hashes in
+    uint32 arithmetic, which is exactly the twin's int64 arithmetic modulo 2**32, so the bits are the same."""
+    if _fused(seeds):
+        from engine.kernels import triton_ops
+
+        return triton_ops.counter_uniform(seeds, steps, count)
+    from engine.noise import uniform_torch
+
+    return uniform_torch(seeds, steps, count)
+
+
 def lora_rows(index: torch.Tensor, slots: int) -> LoRARows:
     """Prepare `index` (int32 [M], values in 0..slots-1) for lora_add_ calls; the grouping by slot is made only
     where the fused kernels will use it."""

@@ -5,6 +5,7 @@ do not cover (mixed dtypes, odd layouts) fall back to the twin, so callers never
 from __future__ import annotations
 
 import os
+from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
@@ -148,16 +149,18 @@ def _rope_kernel(
 
 def _token_stride(x: torch.Tensor) -> int | None:
     """Stride between tokens of x [..., H, D] when each token's heads are packed ([H, D] contiguous) and the
-    leading dims flatten to one token axis (true of q/k split from a contiguous qkv output); else None."""
+    leading dims flatten to one token axis (true of q/k split from a contiguous qkv output); else None. Leading
+    dims of size 1 are skipped: their stride is arbitrary (a [B, 1, H, D] view of a qkv buffer has one of H * D)."""
     heads, dim = x.shape[-2:]
     if x.stride(-1) != 1 or x.stride(-2) != dim:
         return None
-    if x.dim() == 2:
-        return heads * dim
-    for i in range(x.dim() - 4, -1, -1):
-        if x.shape[i] != 1 and x.stride(i) != x.stride(i + 1) * x.shape[i + 1]:
+    lead = [i for i in range(x.dim() - 2) if x.shape[i] != 1]
+    if not lead:
+        return heads * dim  # one token: any stride will do
+    for i, j in pairwise(lead):
+        if x.stride(i) != x.stride(j) * x.shape[j]:
             return None
-    return x.stride(-3)
+    return x.stride(lead[-1])
 
 
 def rope_qk_(
@@ -382,6 +385,48 @@ def qk_norm_rope_(
             num_warps=_warps(hq * dim),
         )  # fmt: skip
     return q, k
+
+
+# -- Counter noise (engine.noise): uniforms from a hash of (seed, step, counter) ------------------------------------
+
+
+@triton.jit
+def _mix32(x):
+    """lowbias32 on uint32 (engine.noise._mix32; uint32 products wrap modulo 2**32 as its split products do)."""
+    x = x ^ (x >> 16)
+    x = x * tl.full(x.shape, 0x7FEB352D, tl.uint32)
+    x = x ^ (x >> 15)
+    x = x * tl.full(x.shape, 0x846CA68B, tl.uint32)
+    return x ^ (x >> 16)
+
+
+@triton.jit(do_not_specialize=["count"])
+def _counter_uniform_kernel(seed_ptr, step_ptr, out_ptr, count, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < count
+    seed = tl.load(seed_ptr + row + tl.zeros([BLOCK], tl.int64))  # int64 in [0, 2**63)
+    step = tl.load(step_ptr + row + tl.zeros([BLOCK], tl.int64))
+    key = _mix32((seed & 0xFFFFFFFF).to(tl.uint32) ^ tl.full([BLOCK], 0x9E3779B9, tl.uint32))
+    key = _mix32(key ^ (seed >> 32).to(tl.uint32))
+    key = _mix32(key ^ (step & 0xFFFFFFFF).to(tl.uint32))
+    bits = _mix32(_mix32(key ^ cols.to(tl.uint32)) ^ key)
+    u = (bits.to(tl.float64) + 0.5) * 2.3283064365386963e-10  # 2**-32, exact
+    tl.store(out_ptr + row * count + cols, u, mask=mask)
+
+
+def counter_uniform(seeds: torch.Tensor, steps: torch.Tensor, count: int) -> torch.Tensor:
+    ok = seeds.dtype == steps.dtype == torch.int64 and seeds.dim() == steps.dim() == 1 and count < 2**32
+    if not ok:
+        from engine.noise import uniform_torch
+
+        return uniform_torch(seeds, steps, count)
+    seeds, steps = seeds.contiguous(), steps.expand(seeds.shape[0]).contiguous()
+    out = torch.empty(seeds.shape[0], count, dtype=torch.float64, device=seeds.device)
+    if out.numel():
+        block = min(1024, triton.next_power_of_2(count))
+        _counter_uniform_kernel[(seeds.shape[0], triton.cdiv(count, block))](seeds, steps, out, count, BLOCK=block)
+    return out
 
 
 # -- A conv's bias (and the residual add after it) in one pass, in place on its output -----------------------------

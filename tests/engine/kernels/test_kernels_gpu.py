@@ -354,3 +354,12 @@ def test_qk_norm_rope_in_place_on_qkv_views(lead: tuple[int, ...], dtype: torch.
         assert _rel(g, w) < 4e-3
         assert float((g.float() - w.float()).abs().max()) <= 2**-6 * float(w.float().abs().max())
     assert torch.equal(qkv[..., (heads + kv_heads) * dim :], v_before)
+
+
+@pytest.mark.parametrize("count", [2048, 3072, 5])
+def test_counter_uniform_gives_the_twins_bits(count: int) -> None:
+    from engine.noise import uniform_torch
+
+    seeds = torch.tensor([0, 1, 2**63 - 1, 123456789012345, 2**32 + 5], dtype=torch.int64, device="cuda")
+    steps = torch.tensor([0, 7, 2**32 - 1, 15, 3], dtype=torch.int64, device="cuda")
+    assert torch.equal(triton_ops.counter_uniform(seeds, steps, count), uniform_torch(seeds, steps, count))
