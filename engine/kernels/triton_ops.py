@@ -16,6 +16,7 @@ from triton.language.extra import libdevice
 from engine.kernels import (
     MAX_TINY_SEQ,
     LoRARows,
+    cached_attention_torch,
     causal_conv_snake_torch,
     conv_transpose_crop_torch,
     dense_attention_torch,
@@ -270,6 +271,78 @@ def snake(
         _snake_kernel[(batch * channels, triton.cdiv(length, block))](
             x, alpha, scale, shift, out, length, channels, x.stride(0), x.stride(1),
             AFFINE=affine is not None, BLOCK=block, num_warps=4,
+        )  # fmt: skip
+    return out
+
+
+# -- Attention over a dense per-row cache (the Qwen3-TTS code predictor) -------------------------------------------
+
+
+@triton.jit(do_not_specialize=["start", "len_q", "q_sb", "q_ss", "k_sb", "k_ss", "v_sb", "v_ss"])
+def _cached_attention_kernel(
+    q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, out_ptr, start, len_q, scale,
+    q_sb, q_ss, k_sb, k_ss, v_sb, v_ss,
+    MAX: tl.constexpr, MAX_P: tl.constexpr, HK: tl.constexpr, G: tl.constexpr, G_P: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    pos = tl.arange(0, MAX_P)
+    d = tl.arange(0, D)
+    end = start + len_q
+    # keys/values: the cache before `start`, this call's rows from k/v (as the twin reads them back after its copy)
+    cached = (pos < start)[:, None]
+    new = ((pos >= start) & (pos < end))[:, None]
+    cache_at = b * MAX * HK * D + pos[:, None] * HK * D + h * D + d[None, :]
+    row = tl.where(pos >= start, pos - start, 0)[:, None]
+    k_at = k_ptr + b * k_sb + row * k_ss + h * D + d[None, :]
+    v_at = v_ptr + b * v_sb + row * v_ss + h * D + d[None, :]
+    keys = tl.load(kc_ptr + cache_at, mask=cached, other=0.0) + tl.load(k_at, mask=new, other=0.0).to(tl.float32)
+    values = tl.load(vc_ptr + cache_at, mask=cached, other=0.0) + tl.load(v_at, mask=new, other=0.0).to(tl.float32)
+    s = tl.program_id(2)  # this program's query position (start + s); the first one writes the new rows
+    tl.store(kc_ptr + cache_at, keys, mask=new & (s == 0))
+    tl.store(vc_ptr + cache_at, values, mask=new & (s == 0))
+    g = tl.arange(0, G_P)
+    q_at = q_ptr + b * q_sb + s * q_ss + (h * G + g)[:, None] * D + d[None, :]
+    q = tl.load(q_at, mask=(g < G)[:, None], other=0.0).to(tl.float32)
+    scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [G_P, MAX_P]
+    scores = tl.where((pos <= start + s)[None, :], scores, float("-inf"))
+    probs = tl.exp(scores - tl.max(scores, axis=1)[:, None])
+    probs = probs / tl.sum(probs, axis=1)[:, None]
+    out = tl.sum(probs[:, :, None] * values[None, :, :], axis=1)  # [G_P, D]
+    out_at = out_ptr + (b * len_q + s) * (HK * G * D) + (h * G + g)[:, None] * D + d[None, :]
+    tl.store(out_at, out.to(out_ptr.dtype.element_ty), mask=(g < G)[:, None])
+
+
+def cached_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    start: int,
+    scale: float,
+) -> torch.Tensor:
+    batch, len_q, heads, dim = q.shape
+    kv_heads, max_len = k.shape[2], k_cache.shape[1]
+    ok = (
+        all(t.stride(-1) == 1 and t.stride(-2) == dim for t in (q, k, v))
+        and k.shape == v.shape == (batch, len_q, kv_heads, dim)
+        and heads % kv_heads == 0
+        and dim == triton.next_power_of_2(dim)
+        and all(c.dtype == torch.float32 and c.is_contiguous() and c.shape == (batch, max_len, kv_heads, dim)
+                for c in (k_cache, v_cache))
+        and start + len_q <= max_len <= 64
+    )  # fmt: skip
+    if not ok:
+        return cached_attention_torch(q, k, v, k_cache, v_cache, start, scale)
+    out = torch.empty(batch, len_q, heads * dim, dtype=q.dtype, device=q.device)
+    if out.numel():
+        group = heads // kv_heads
+        _cached_attention_kernel[(batch, kv_heads, len_q)](
+            q, k, v, k_cache, v_cache, out, start, len_q, scale,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            MAX=max_len, MAX_P=triton.next_power_of_2(max_len), HK=kv_heads, G=group,
+            G_P=triton.next_power_of_2(group), D=dim, num_warps=4,
         )  # fmt: skip
     return out
 

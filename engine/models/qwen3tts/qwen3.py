@@ -109,23 +109,11 @@ class Attention(nn.Module):
         start: int,
     ) -> torch.Tensor:
         """x [B, S, hidden] at positions start..start+S-1 of every row; cache (k, v) [B, max, kv, D] is written
-        there and read causally. Scores, softmax and the weighted sum in fp32."""
+        there and read causally. Scores, softmax and the weighted sum in fp32 (the code predictor keeps its caches in
+        fp32)."""
         q, k, v = self._qkv(x, rope)
-        k_cache, v_cache = cache
-        end = start + x.shape[1]
-        k_cache[:, start:end] = k  # cast in the copy (the code predictor keeps its caches in fp32)
-        v_cache[:, start:end] = v
-        batch, len_q = x.shape[:2]
-        group = self.num_heads // self.num_kv_heads
-        qg = q.float().reshape(batch, len_q, self.num_kv_heads, group, self.head_dim)
-        keys, values = k_cache[:, :end].float(), v_cache[:, :end].float()
-        scores = torch.einsum("bqhgd,bkhd->bhgqk", qg, keys) * self.scale
-        if len_q > 1:
-            q_pos = torch.arange(start, end, device=x.device)
-            causal = torch.arange(end, device=x.device)[None, :] <= q_pos[:, None]
-            scores = scores.masked_fill(~causal, float("-inf"))
-        out = torch.einsum("bhgqk,bkhd->bqhgd", scores.softmax(dim=-1), values)
-        return self.o_proj(out.reshape(batch, len_q, -1).to(x.dtype))
+        out = kernels.cached_attention(q, k, v, *cache, start, self.scale)
+        return self.o_proj(out)
 
 
 class MLP(nn.Module):

@@ -110,3 +110,13 @@ def test_qk_norm_rope_twin_is_norm_then_rope() -> None:
     got = kernels.qk_norm_rope(q, k, qw, kw, 1e-6, angles.cos(), angles.sin())
     for out, x, w in zip(got, (q, k), (qw, kw), strict=True):
         assert torch.equal(out, kernels.rope_torch(kernels.rms_norm_torch(x, w, 1e-6), angles.cos(), angles.sin()))
+
+
+def test_cached_attention_twin_writes_the_cache_and_is_causal() -> None:
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, h, 8, generator=gen) for h in (4, 2, 2))
+    caches = torch.zeros(2, 5, 2, 8), torch.zeros(2, 5, 2, 8)
+    out = kernels.cached_attention(q, k, v, caches[0], caches[1], 0, 8**-0.5)
+    assert torch.equal(caches[0][:, :2], k) and torch.equal(caches[1][:, :2], v)
+    # position 0 sees itself only: its output is its own value row, per query head's KV head
+    assert torch.allclose(out[:, 0].view(2, 2, 2, 8), v[:, 0, :, None].expand(2, 2, 2, 8))

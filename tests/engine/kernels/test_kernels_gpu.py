@@ -363,3 +363,22 @@ def test_counter_uniform_gives_the_twins_bits(count: int) -> None:
     seeds = torch.tensor([0, 1, 2**63 - 1, 123456789012345, 2**32 + 5], dtype=torch.int64, device="cuda")
     steps = torch.tensor([0, 7, 2**32 - 1, 15, 3], dtype=torch.int64, device="cuda")
     assert torch.equal(triton_ops.counter_uniform(seeds, steps, count), uniform_torch(seeds, steps, count))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("start", "len_q"), [(0, 2), (2, 1), (9, 1), (15, 1)])
+def test_cached_attention_writes_the_cache_and_attends_causally(dtype: torch.dtype, start: int, len_q: int) -> None:
+    """As the code predictor calls it: q/k/v views of one qkv output, fp32 caches [B, 16, Hkv, D] holding earlier
+    positions (and junk past them, which must not be read)."""
+    batch, heads, kv_heads, dim, max_len = 64, 16, 8, 128, 16
+    qkv = torch.randn(batch, len_q, (heads + 2 * kv_heads) * dim, device="cuda", dtype=dtype)
+    q, k, v = qkv.split((heads * dim, kv_heads * dim, kv_heads * dim), dim=-1)
+    q, k, v = q.view(batch, len_q, heads, dim), k.view(batch, len_q, kv_heads, dim), v.view(batch, len_q, kv_heads, dim)
+    caches = [torch.randn(batch, max_len, kv_heads, dim, device="cuda") for _ in range(2)]
+    mine = [c.clone() for c in caches]
+    want = kernels.cached_attention_torch(q, k, v, *caches, start, dim**-0.5)
+    got = triton_ops.cached_attention(q, k, v, *mine, start, dim**-0.5)
+    assert got.dtype == dtype and got.shape == want.shape
+    assert _rel(got, want) < (4e-3 if dtype == torch.bfloat16 else 1e-5)
+    for c, m in zip(caches, mine, strict=True):
+        assert torch.equal(c[:, : start + len_q], m[:, : start + len_q])
