@@ -13,8 +13,11 @@ Two more replace library kernels that the profile showed are badly matched to ou
   applies the following Snake in its epilogue; PyTorch's generic depthwise kernel plus the `cat` and the
   separate Snake took ~17 ms.
 
-The twins are the reference numerics (voxcpm `modules/minicpm4/model.py`, `audio_vae*.py`) and are what CPU
-runs and parity tests execute. `fused_enabled(False)` forces the twins on CUDA too (profiling, A/B checks).
+Qwen3-TTS adds four (the code predictor's 15 passes a frame were bound by kernel count, its codec decoder by
+elementwise passes): `qk_norm_rope`, `cached_attention`, `snake_beta` and `counter_uniform` (engine.noise's hash).
+
+The twins are the reference numerics (voxcpm `modules/minicpm4/model.py`, `audio_vae*.py`; qwen-tts 0.1.1) and are
+what CPU runs and parity tests execute. `fused_enabled(False)` forces the twins on CUDA too (profiling, A/B checks).
 """
 
 from __future__ import annotations
