@@ -3,7 +3,8 @@
 One reader task takes the engine's messages and puts each step's items into their requests' streams in order;
 commands are written to the socket as they are made (a buffered write, never awaited: cancel() must not block).
 If the engine process goes away, every open request and call fails with EngineError and `stats().healthy` turns
-False; nothing waits forever.
+False; nothing waits forever. `on_lost` callbacks run as soon as the connection is lost, so that a router can stop
+sending work there at once instead of at its next health poll.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ class EngineClient(EngineHandle):
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._call_ids = itertools.count()
         self._error: EngineError | None = None  # set once the engine is gone
+        self._on_lost: list[Callable[[], None]] = []
         self._task = asyncio.create_task(self._read())
 
     @classmethod
@@ -64,6 +67,10 @@ class EngineClient(EngineHandle):
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._fail(EngineError("the engine connection was closed"))
+
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on this event loop) once the engine connection is lost or closed."""
+        self._on_lost.append(callback)
 
     # requests
 
@@ -146,3 +153,6 @@ class EngineClient(EngineHandle):
         for future in self._calls.values():
             if not future.done():
                 future.set_result(EngineError(str(error)))
+        loop = asyncio.get_running_loop()
+        for callback in self._on_lost:
+            loop.call_soon(callback)

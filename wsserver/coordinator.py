@@ -78,6 +78,7 @@ class Coordinator:
         self.draining = False
         self._positions: dict[tuple[WorkerPort, int], int] = {}
         self._watch: asyncio.Task[None] | None = None
+        self._stopped = False
 
     @property
     def ready(self) -> bool:
@@ -173,6 +174,8 @@ class Coordinator:
         self._watch = asyncio.get_running_loop().create_task(self._watch_engines())
 
     def stop(self) -> None:
+        """Engines stopping from here on (the server is shutting down) are no news."""
+        self._stopped = True
         if self._watch is not None:
             self._watch.cancel()
 
@@ -185,7 +188,7 @@ class Coordinator:
         """An engine that failed (or a dead engine process) takes no more segments; the server stays ready while one
         serves."""
         healthy = [engine.stats().healthy for engine in self.engines]
-        if healthy == self._healthy:
+        if healthy == self._healthy or self._stopped:
             return
         for index, (was, now) in enumerate(zip(self._healthy, healthy, strict=True)):
             if was != now:

@@ -173,6 +173,9 @@ class Supervisor:
                     continue
                 self.clients.append(client)
                 self.coordinator.engines[index] = client
+                # Stop routing to an engine the moment its connection drops: at the next health poll (0.25 s later)
+                # the 2-GPU kill run had granted 15 continuing segments to the dead engine, which all failed.
+                client.on_lost(self.coordinator.check_engines)
                 self.coordinator.check_engines()
                 logger.info("engine %d serves %s at %d Hz", index, detail.name, detail.sample_rate)
 

@@ -134,14 +134,19 @@ async def test_a_worker_that_goes_away_loses_its_requests(served: tuple[multipro
 async def test_an_engine_process_that_dies_fails_its_requests(tiny_checkpoint: Callable[..., Path]) -> None:
     with engine_process(tiny_checkpoint("voxcpm2", stop=False), max_patches=200, max_model_len=512) as (process, path):
         client = await EngineClient.connect(path)
+        lost = asyncio.Event()
+        client.on_lost(lost.set)  # how the supervisor stops routing there at once
         stream = client.generate(request("doomed", max_patches=200))
         await anext(stream)
+        assert not lost.is_set()
         os.kill(process.pid, signal.SIGKILL)
         with pytest.raises(EngineError, match="gone"):
             async with asyncio.timeout(TIMEOUT):
                 async for _ in stream:
                     pass
         assert not client.stats().healthy
+        async with asyncio.timeout(1):
+            await lost.wait()
         with pytest.raises(EngineError):
             await collect(client, request("later"))
         await client.close()
