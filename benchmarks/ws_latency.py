@@ -51,7 +51,8 @@ is counted in `sessions_failed` and left out of every other figure, which are ov
   `generating` (the server's: segments holding its slots); `engine_spread_pct`: (max - min) / mean of the engines'
   `segments`, in percent (null with one engine);
 - `killed_engine` (null unless this level killed one): `index`, `pid`, `at_s` (after the start), its `running` and
-  `generating` in /status just before (`running_at_kill`, `generating_at_kill`: the contexts that should fail),
+  `generating` in /status just before (`running_at_kill`, `generating_at_kill`: at most that many contexts fail;
+  a segment it had not made audio for yet moves to an engine left),
   `segments_granted_before_kill` (during the level) and `ready_after` (/ready's HTTP status after the level: 200
   while an engine serves).
 

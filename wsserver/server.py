@@ -112,6 +112,13 @@ class TTSServer:
         """False once every engine has failed: this server can never serve again (the liveness probe's answer)."""
         return not self.engines or any(engine.stats().healthy for engine in self.engines)
 
+    def can_move(self, engine: EngineHandle) -> bool:
+        """Whether a segment that `engine` failed before its first chunk may run again on another engine: nothing of it
+        reached the client, so it loses nothing by moving, where failing would end its context. In the 2-GPU kill run
+        the dead engine held 256 segments but was stepping 2: most had just been granted at a segment boundary."""
+        others = (other for other in self.engines if other is not engine)
+        return not engine.stats().healthy and any(other.stats().healthy for other in others)
+
     @property
     def state(self) -> str:
         """What /ready says: "starting" (the model loads), "ready", "draining" (SIGTERM), or "failed" (every engine
@@ -368,14 +375,23 @@ class Connection:
             session.segment_admitted(action.ctx, now())
             self.pump()
             latents = []
-            # aclosing: leaving the loop (a cancel while waiting for the client) closes the stream, which cancels the
-            # request now; left to the garbage collector, the request would stay paused in the engine meanwhile.
-            async with contextlib.aclosing(engine.generate(request)) as chunks:
-                async for chunk in chunks:
-                    latents.append(chunk.latents)
-                    session.segment_audio(action.ctx, chunk.samples, now())
-                    self.pump()
-                    await self._until_writable()
+            while True:
+                try:
+                    # aclosing: leaving the loop (a cancel while waiting for the client) closes the stream, which
+                    # cancels the request now; left to the garbage collector, the request would stay paused meanwhile.
+                    async with contextlib.aclosing(engine.generate(request)) as chunks:
+                        async for chunk in chunks:
+                            latents.append(chunk.latents)
+                            session.segment_audio(action.ctx, chunk.samples, now())
+                            self.pump()
+                            await self._until_writable()
+                    break
+                except EngineError as exc:
+                    if latents or not self.server.can_move(engine):
+                        raise
+                    logger.warning("segment %d of %r moves to another engine: %s", action.segment, action.ctx, exc)
+                    ticket = self._requeue(action.ctx, ticket)
+                    engine = self.server.engines[await ticket.granted]
             continuity.record(action.text, latents)
             session.segment_finished(action.ctx, now())
         except EngineError as exc:
@@ -388,6 +404,14 @@ class Connection:
             self.link.release(ticket)
             if action.ctx not in session.contexts:
                 self.continuity.pop(action.ctx, None)
+
+    def _requeue(self, ctx: str, ticket: SlotTicket) -> SlotTicket:
+        """Give back `ticket`'s slot on a dead engine and queue again for one elsewhere, ahead of new contexts."""
+        self.link.release(ticket)
+        ticket = self.link.queue(functools.partial(self._queued, ctx), continuing=True)
+        if ctx in self.segments:
+            self.segments[ctx] = (self.segments[ctx][0], ticket)
+        return ticket
 
     async def _until_writable(self) -> None:
         """Hold a segment while its client lags: not pulling chunks makes the engine pause the request."""

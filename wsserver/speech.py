@@ -190,12 +190,21 @@ class Synthesis:
             ticket = server.link.queue(_unannounced, continuing=index > 0)
             try:
                 engine = server.engines[await ticket.granted]
-                async with contextlib.aclosing(engine.generate(engine_request)) as chunks:  # closed: cancelled
-                    async for chunk in chunks:
-                        latents.append(chunk.latents)
-                        self.patches += 1
-                        if data := self.encoder.push(self.resampler.process(chunk.samples)):
-                            yield data
+                while True:
+                    try:
+                        async with contextlib.aclosing(engine.generate(engine_request)) as chunks:  # closed: cancelled
+                            async for chunk in chunks:
+                                latents.append(chunk.latents)
+                                self.patches += 1
+                                if data := self.encoder.push(self.resampler.process(chunk.samples)):
+                                    yield data
+                        break
+                    except EngineError:
+                        if latents or not server.can_move(engine):
+                            raise
+                        server.link.release(ticket)  # its engine died before this segment's first chunk
+                        ticket = server.link.queue(_unannounced, continuing=True)
+                        engine = server.engines[await ticket.granted]
             finally:
                 server.link.release(ticket)
             continuity.record(text, latents)

@@ -10,8 +10,9 @@ sockets; on one shared socket whichever worker woke first accepted a whole burst
 ran at 100 % of a core while thirteen idled), keeps the coordinator on a Unix socket in a private directory, and starts
 the engines and the workers at once: the workers answer /health while the engines load, and start serving as each engine
 comes up. A worker that dies is started again (its sessions are lost; the coordinator frees their seats and slots, the
-engines their requests). An engine that dies fails every request on it; the coordinator stops routing to it, and with no
-engine left /ready and /health answer 503, so the orchestrator restarts the server. SIGTERM drains: every worker drains
+engines their requests). An engine that dies fails every request on it that has made audio (one it had not started
+moves to another engine); the coordinator stops routing to it the moment its connection drops, and with no engine left
+/ready and /health answer 503, so the orchestrator restarts the server. SIGTERM drains: every worker drains
 its sessions (docs/protocol.md), then the engines stop; SIGINT too.
 """
 

@@ -124,10 +124,13 @@ def test_an_engine_killed_mid_level_fails_only_its_sessions_and_the_other_serves
     victim = cut["engines_detail"][1]
     assert killed["index"] == 1 and killed["pid"] == victim["pid"] and not victim["healthy"]
     assert killed["at_s"] >= 0.5 and killed["ready_after"] == 200
-    [(code, failed)] = cut["sessions_failed"].items()
-    assert code == "internal" and "engine" in cut["failure_messages"][code]
-    # one segment per session: the victim's contexts, and only those, fail
-    assert failed == killed["generating_at_kill"] == killed["segments_granted_before_kill"] == victim["segments"]
+    assert killed["generating_at_kill"] == killed["segments_granted_before_kill"] == victim["segments"] > 0
+    # One segment per session: of the victim's contexts, those that had audio fail (the others move to engine 0:
+    # tests/e2e/test_processes.py), and no other context does.
+    assert set(cut["sessions_failed"]) <= {"internal"}
+    assert all("engine" in message for message in cut["failure_messages"].values())
+    failed = sum(cut["sessions_failed"].values())
+    assert failed <= killed["generating_at_kill"]
     assert cut["sessions_finished"] == 4 - failed
     # The sessions that finished got all their audio: as much as each session of the level before, with no kill.
     assert cut["audio_s"] == cut["server_audio_s"] == cut["sessions_finished"] * whole["audio_s_per_session"]

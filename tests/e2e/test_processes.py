@@ -14,10 +14,11 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from tests.e2e.client import Client, http_get
+from tests.e2e.client import Client, Frame, http_get
 from tests.servers import ServerProcess, server_process, until
 
 TEXT = "The quick brown fox jumps over the lazy dog. "
@@ -136,8 +137,8 @@ async def test_one_of_two_engines_killed_fails_only_its_contexts(tiny_checkpoint
         for client in clients:
             await client.send("context.create", ctx="c", text=TEXT)
             await client.send("context.end", ctx="c")
-        for client in clients:
-            await client.until_message("segment.started", "c")
+        for client in clients:  # audio from every segment: none may move to the other engine (can_move)
+            await client.until(lambda event: isinstance(event, Frame))
 
         def held(engine: dict[str, int]) -> int:
             return engine["running"] + engine["paused"] + engine["waiting"]
@@ -161,6 +162,42 @@ async def test_one_of_two_engines_killed_fails_only_its_contexts(tiny_checkpoint
         await until(one_engine_left, timeout=10)
         assert (await http_get(server.http + "/ready"))[0] == 200  # the other engine still serves
         assert (await speak(server, "after"))["type"] == "context.done"
+        for client in clients:
+            await client.close()
+
+
+async def test_segments_a_dying_engine_had_not_started_move_to_the_other(tiny_checkpoint: Callable[..., Path]) -> None:
+    """A segment whose engine dies before its first chunk runs again on the other engine, WebSocket and HTTP alike:
+    nothing of it had reached the client, so its context ends with all its audio instead of an error."""
+    args = ("--workers", "2", "--devices", "cpu,cpu", "--max-patches", "150")
+    async with server_process(tiny_checkpoint("voxcpm2", stop=False), *args) as server:
+        stalled = (await server.status())["engines"][1]
+        os.kill(stalled["pid"], signal.SIGSTOP)  # it is granted segments but makes nothing of them
+        clients = await sessions_on_both_workers(server, 3)
+        speakers = clients[: len(clients) - 1 + len(clients) % 2]  # an odd number: engine 0 gets one more
+        for client in speakers:  # one by one, so that the grants alternate (most free slots first, ties to engine 0)
+            await client.send("context.create", ctx="c", text=TEXT)
+            await client.send("context.end", ctx="c")
+            await client.until_message("segment.started", "c")
+        async with httpx.AsyncClient(base_url=server.http, timeout=120) as http:
+            body = {"input": TEXT, "voice": "default", "response_format": "pcm"}
+            speech = asyncio.create_task(http.post("/v1/audio/speech", json=body))
+
+            async def all_granted() -> bool:
+                return [e["generating"] for e in (await server.status())["engines"]] == [
+                    (len(speakers) + 1) // 2,
+                    (len(speakers) - 1) // 2 + 1,  # the speech request too: engine 1 had the most free slots
+                ]
+
+            await until(all_granted, timeout=10)
+            os.kill(stalled["pid"], signal.SIGKILL)
+            ended = await asyncio.gather(*(client.until_ended("c", timeout=120) for client in speakers))
+            assert [e["type"] for e in ended] == ["context.done"] * len(speakers)
+            assert len({e["audio_ms"] for e in ended}) == 1  # the moved contexts got all their audio
+            moved = await speech
+            assert moved.status_code == 200
+            assert len(moved.content) == len((await http.post("/v1/audio/speech", json=body)).content) > 0
+        assert [e["healthy"] for e in (await server.status())["engines"]] == [True, False]
         for client in clients:
             await client.close()
 
