@@ -33,7 +33,9 @@ is counted in `sessions_failed` and left out of every other figure, which are ov
 - `worst_gap_ms` (all sessions) and `worst_gap_p95_ms` (of each session's worst) between consecutive audio frames;
 - `starved_sessions`: sessions whose player ran dry, i.e. some frame arrived later after the first frame than the
   audio delivered ahead of it lasts; `starved_ms_total`: how long their players waited in all (a player that
-  starts at the first frame and, when it runs dry, waits for the next frame and plays on);
+  starts at the first frame and, when it runs dry, waits for the next frame and plays on); `dry_at_audio_s`: min,
+  p50 and max over the starved sessions of where in its audio each first ran dry (a burst's start: within the
+  first patches; a segment boundary: at a multiple of the segment's audio);
 - `server_ttfa_ms_p50`, `server_queue_ms_p50`, `server_rtf_p50`: the server's own figures from `context.done`;
 - `audio_s`, `wall_s`, `xrt`: audio delivered to all sessions (counted from the frames), from the start to the last
   `context.done`, and their ratio (aggregate xRT); `audio_s_per_session`; `server_audio_s`: the audio the server
@@ -129,6 +131,7 @@ class SessionResult:
     first_frame_s: float  # first word sent -> first audio frame received
     worst_gap_s: float  # longest wait between two consecutive audio frames
     starved_s: float  # time the player's buffer was empty, 0 if it never ran dry
+    dry_at_audio_s: float | None  # where in its audio the player first ran dry (None: never)
     audio_s: float  # counted from the frames
     sample_rate: int  # as the server resolved it
     done: Done
@@ -174,6 +177,13 @@ def settings_from(formats: list[str], rates: list[int] | None) -> list[Setting]:
     return settings
 
 
+def spread(values: list[float]) -> dict[str, float] | None:
+    """min, p50 and max of `values` (None when there are none)."""
+    if not values:
+        return None
+    return {"min": round(min(values), 3), "p50": round(statistics.median(values), 3), "max": round(max(values), 3)}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -185,21 +195,27 @@ def server_p50(results: list[SessionResult], key: str) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
-def playback(arrivals: list[tuple[float, int]], sample_rate: int) -> tuple[float, float]:
-    """(worst gap, starved time) in seconds, for audio frames given as (arrival time, samples).
+def playback(arrivals: list[tuple[float, int]], sample_rate: int) -> tuple[float, float, float | None]:
+    """(worst gap, starved time, audio position of the first rebuffering or None) in seconds, for audio frames given
+    as (arrival time, samples).
 
     The player starts with the first frame. Frame k is due when the audio before it has played, i.e. `delivered /
     sample_rate` after the start plus the time the player already spent waiting; arriving later than that, the
-    player waits for it (rebuffers) and plays on from there."""
+    player waits for it (rebuffers) and plays on from there. Where it first does tells a burst's start (within the
+    first patches) from a segment boundary."""
     start = previous = arrivals[0][0]
     worst = starved = 0.0
+    dry_at = None
     delivered = 0
     for arrival, samples in arrivals:
         worst = max(worst, arrival - previous)
-        starved += max(0.0, arrival - (start + starved + delivered / sample_rate))
+        wait = arrival - (start + starved + delivered / sample_rate)
+        if wait > 0:
+            starved += wait
+            dry_at = delivered / sample_rate if dry_at is None else dry_at
         delivered += samples
         previous = arrival
-    return worst, starved
+    return worst, starved, dry_at
 
 
 async def open_session(url: str, handshakes: asyncio.Semaphore) -> Client:
@@ -235,9 +251,10 @@ async def speak(client: Client, seed: int, text: str, word_gap_s: float, setting
                 arrivals.append((time.perf_counter(), event.samples))
             elif isinstance(event, Done):
                 await feeder
-                worst_gap, starved = playback(arrivals, ctx.sample_rate)
+                worst_gap, starved, dry_at = playback(arrivals, ctx.sample_rate)
                 audio_s = sum(samples for _, samples in arrivals) / ctx.sample_rate
-                return SessionResult(arrivals[0][0] - started, worst_gap, starved, audio_s, ctx.sample_rate, event)
+                first_frame = arrivals[0][0] - started
+                return SessionResult(first_frame, worst_gap, starved, dry_at, audio_s, ctx.sample_rate, event)
             elif isinstance(event, Refused):
                 return Failure(event.code, event.message)
             elif isinstance(event, Cancelled):
@@ -581,6 +598,7 @@ def result_line(
         "worst_gap_p95_ms": round(percentile(worst, 0.95), 1) if results else None,
         "starved_sessions": sum(r.starved_s > 0 for r in results),
         "starved_ms_total": round(1000 * sum(r.starved_s for r in results), 1),
+        "dry_at_audio_s": spread([r.dry_at_audio_s for r in results if r.dry_at_audio_s is not None]),
         "server_ttfa_ms_p50": server_p50(results, "ttfa_ms"),
         "server_queue_ms_p50": server_p50(results, "queue_ms"),
         "server_rtf_p50": server_p50(results, "rtf"),

@@ -22,9 +22,11 @@ from benchmarks.ws_latency import (
     check_setting,
     cpu_report,
     parse_args,
+    playback,
     process_cpu_s,
     run_level,
     server_roles,
+    spread,
     spread_pct,
 )
 from tests.servers import server_process
@@ -109,6 +111,16 @@ def test_sessions_spread_over_client_processes_and_segments_over_two_engines(
         assert line["engine_spread_pct"] == spread_pct([engine["segments"] for engine in detail])
     busiest = lines[1]["engines_detail"]
     assert all(engine["segments"] > 0 and engine["generating"] > 0 for engine in busiest)  # most free slots first
+
+
+def test_a_player_that_runs_dry_waits_and_says_where_in_its_audio() -> None:
+    # 1 kHz, 160-sample frames: the third is due at 0.32 s and comes at 0.5 s; the fourth is due 0.18 s later than
+    # without that wait, at 0.66 s, and comes at 0.6 s.
+    frames = [(0.0, 160), (0.1, 160), (0.5, 160), (0.6, 160)]
+    worst, starved, dry_at = playback(frames, 1000)
+    assert (round(worst, 6), round(starved, 6), dry_at) == (0.4, 0.18, 0.32)
+    assert playback([(0.0, 160), (0.15, 160), (0.3, 160)], 1000)[1:] == (0.0, None)
+    assert spread([0.16, 9.6, 0.32]) == {"min": 0.16, "p50": 0.32, "max": 9.6} and spread([]) is None
 
 
 def test_an_engine_killed_mid_level_fails_only_its_sessions_and_the_other_serves_on(
