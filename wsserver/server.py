@@ -112,12 +112,14 @@ class TTSServer:
         """False once every engine has failed: this server can never serve again (the liveness probe's answer)."""
         return not self.engines or any(engine.stats().healthy for engine in self.engines)
 
-    def can_move(self, engine: EngineHandle) -> bool:
+    def can_move(self, engine: EngineHandle, moves: int) -> bool:
         """Whether a segment that `engine` failed before its first chunk may run again on another engine: nothing of it
         reached the client, so it loses nothing by moving, where failing would end its context. In the 2-GPU kill run
-        the dead engine held 256 segments but was stepping 2: most had just been granted at a segment boundary."""
+        the dead engine held 256 segments but was stepping 2: most had just been granted at a segment boundary. A
+        segment moves at most once per engine: should the coordinator still route to an engine only this worker lost,
+        it fails instead of moving in circles."""
         others = (other for other in self.engines if other is not engine)
-        return not engine.stats().healthy and any(other.stats().healthy for other in others)
+        return moves < len(self.engines) and not engine.stats().healthy and any(o.stats().healthy for o in others)
 
     @property
     def state(self) -> str:
@@ -375,6 +377,7 @@ class Connection:
             session.segment_admitted(action.ctx, now())
             self.pump()
             latents = []
+            moves = 0
             while True:
                 try:
                     # aclosing: leaving the loop (a cancel while waiting for the client) closes the stream, which
@@ -387,8 +390,9 @@ class Connection:
                             await self._until_writable()
                     break
                 except EngineError as exc:
-                    if latents or not self.server.can_move(engine):
+                    if latents or not self.server.can_move(engine, moves):
                         raise
+                    moves += 1
                     logger.warning("segment %d of %r moves to another engine: %s", action.segment, action.ctx, exc)
                     ticket = self._requeue(action.ctx, ticket)
                     engine = self.server.engines[await ticket.granted]

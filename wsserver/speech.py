@@ -190,6 +190,7 @@ class Synthesis:
             ticket = server.link.queue(_unannounced, continuing=index > 0)
             try:
                 engine = server.engines[await ticket.granted]
+                moves = 0
                 while True:
                     try:
                         async with contextlib.aclosing(engine.generate(engine_request)) as chunks:  # closed: cancelled
@@ -200,8 +201,9 @@ class Synthesis:
                                     yield data
                         break
                     except EngineError:
-                        if latents or not server.can_move(engine):
+                        if latents or not server.can_move(engine, moves):
                             raise
+                        moves += 1
                         server.link.release(ticket)  # its engine died before this segment's first chunk
                         ticket = server.link.queue(_unannounced, continuing=True)
                         engine = server.engines[await ticket.granted]
