@@ -55,6 +55,7 @@ class ServerConfig:
     max_num_seqs: int = 64  # engine slots: segments generating at once; more wait in the server's FIFO
     max_patches: int = 2000  # absolute cap on patches per segment
     coalesce_ms: float = 1.0  # idle engine: admit a burst once no request arrived for this long (EngineConfig)
+    coalesce_max_ms: float = 20.0  # idle engine: the longest a burst's first arrival waits for the rest (EngineConfig)
     pace_admissions: bool = False  # admit only what the playing streams' buffered audio can spare (EngineConfig)
     pacing_margin_ms: float = 50.0  # audio a stream keeps in hand when admissions are paced (EngineConfig)
     pacing_max_hold_ms: float = 500.0  # paced admissions: the longest the queue's head is held (EngineConfig)
@@ -110,6 +111,7 @@ class ServerConfig:
             max_num_seqs=self.max_num_seqs,
             max_patches=self.max_patches,
             coalesce_ms=self.coalesce_ms,
+            coalesce_max_ms=self.coalesce_max_ms,
             pace_admissions=self.pace_admissions,
             pacing_margin_ms=self.pacing_margin_ms,
             pacing_max_hold_ms=self.pacing_max_hold_ms,
@@ -164,6 +166,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("max-num-seqs", int, defaults.max_num_seqs, "engine slots (segments generating at once)")
     option("max-patches", int, defaults.max_patches, "cap on generated patches per segment")
     option("coalesce-ms", float, defaults.coalesce_ms, "idle engine: admit a burst once nothing arrived for this long")
+    option("coalesce-max-ms", float, defaults.coalesce_max_ms, "idle engine: the longest the first arrival waits")
     option("pace-admissions", _switch, defaults.pace_admissions, "on: a step admits what playing streams can spare")
     option("pacing-margin-ms", float, defaults.pacing_margin_ms, "paced admissions: audio each stream keeps in hand")
     option("pacing-max-hold-ms", float, defaults.pacing_max_hold_ms, "paced admissions: longest hold of the queue")
@@ -199,6 +202,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         loras = tuple(parse_specs(args.lora))
     except SourceError as exc:
         parser.error(f"--lora: {exc}")
+    if not 0 <= args.coalesce_ms <= args.coalesce_max_ms:
+        parser.error("--coalesce-ms must be >= 0 and at most --coalesce-max-ms")
     if args.pacing_margin_ms < 0 or args.pacing_max_hold_ms < 0:
         parser.error("--pacing-margin-ms and --pacing-max-hold-ms must be >= 0")
     if not 0 <= args.opus_complexity <= 10:
@@ -223,6 +228,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         max_num_seqs=args.max_num_seqs,
         max_patches=args.max_patches,
         coalesce_ms=args.coalesce_ms,
+        coalesce_max_ms=args.coalesce_max_ms,
         pace_admissions=args.pace_admissions,
         pacing_margin_ms=args.pacing_margin_ms,
         pacing_max_hold_ms=args.pacing_max_hold_ms,

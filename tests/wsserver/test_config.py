@@ -82,3 +82,16 @@ def test_bad_opus_complexity(value: str, capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         parse_args(["--opus-complexity", value], {})
     assert f"--opus-complexity must be 0-10, not {value}" in capsys.readouterr().err
+
+
+def test_coalesce_flags_reach_the_engine() -> None:
+    config = parse_args(["--coalesce-ms", "4", "--coalesce-max-ms", "60"], {})
+    engine = config.engine_config("m", "cpu", ())
+    assert (engine.coalesce_ms, engine.coalesce_max_ms) == (4.0, 60.0)
+
+
+@pytest.mark.parametrize("argv", [["--coalesce-ms", "30"], ["--coalesce-ms", "-1"]])
+def test_bad_coalesce_flags(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv, {})
+    assert "--coalesce-ms must be >= 0 and at most --coalesce-max-ms" in capsys.readouterr().err
