@@ -24,6 +24,7 @@ adapter in the middle of every burst. Every line gives the worst gap between two
     python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 256 --loras 8        # 8 mixed
     python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 256 --loras 8 --hot-load
 
+`--fp8-gemms on` runs the LocDiT's GEMMs in FP8 (EngineConfig.fp8_gemms); every line says which (`fp8_gemms`).
 `--pace-admissions off` turns the engine's admission pacing (engine/pacing.py) off, for an A/B of a burst's gaps and
 TTFB; every line says which (`pace_admissions`).
 """
@@ -93,6 +94,7 @@ async def main(args: argparse.Namespace) -> None:
         max_lora_rank=args.lora_rank,
         **({} if args.prefill_graph_tokens is None else {"prefill_graph_tokens": args.prefill_graph_tokens}),
         pace_admissions=args.pace_admissions == "on",
+        fp8_gemms=args.fp8_gemms == "on",
         pacing_margin_ms=args.pacing_margin_ms,
         pacing_max_hold_ms=args.pacing_max_hold_ms,
     )
@@ -108,7 +110,11 @@ async def main(args: argparse.Namespace) -> None:
     sample_rate = engine.info.sample_rate
     info = engine.info
     header = {"engine": "voxstream", "model_info": info.name, "family": info.family, "architecture": info.architecture}
-    settings = {"enforce_eager": config.enforce_eager, "prefill_graph_tokens": config.prefill_graph_tokens}
+    settings = {
+        "enforce_eager": config.enforce_eager,
+        "prefill_graph_tokens": config.prefill_graph_tokens,
+        "fp8_gemms": config.fp8_gemms,
+    }
     print(json.dumps(header | {"sample_rate": sample_rate} | settings), flush=True)
     for _ in range(args.warmup):
         await asyncio.gather(*[one(engine, args.steps, sample_rate) for _ in range(8)])
@@ -146,6 +152,7 @@ async def main(args: argparse.Namespace) -> None:
             "hot_load": hot is not None,
             "pace_admissions": config.pace_admissions,
             "pacing_margin_ms": config.pacing_margin_ms,
+            "fp8_gemms": config.fp8_gemms,
         }
         if outliers:
             others = results[outliers:] or results
@@ -185,6 +192,7 @@ if __name__ == "__main__":
     p.add_argument("--hot-load", action="store_true", help="load and unload one more adapter during each burst")
     p.add_argument("--hot-load-delay-s", type=float, default=2.0)
     p.add_argument("--pace-admissions", choices=["on", "off"], default="off", help="engine admission pacing (A/B)")
+    p.add_argument("--fp8-gemms", choices=["on", "off"], default="off", help="VoxCPM: the LocDiT's GEMMs in FP8")
     engine_defaults = EngineConfig(model="")
     p.add_argument("--pacing-margin-ms", type=float, default=engine_defaults.pacing_margin_ms)
     p.add_argument("--pacing-max-hold-ms", type=float, default=engine_defaults.pacing_max_hold_ms)

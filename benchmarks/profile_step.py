@@ -198,7 +198,9 @@ def profile(core: EngineCore, batch: int, steps: int, top: int) -> dict[str, obj
 
 @torch.inference_mode()
 def main(args: argparse.Namespace) -> None:
-    config = EngineConfig(model=args.model, max_num_seqs=max(args.batch), max_model_len=1024)
+    config = EngineConfig(
+        model=args.model, max_num_seqs=max(args.batch), max_model_len=1024, fp8_gemms=args.fp8_gemms == "on"
+    )
     t0 = time.perf_counter()
     core = EngineCore(config)
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "startup_s": round(time.perf_counter() - t0, 1)}))
@@ -211,5 +213,6 @@ if __name__ == "__main__":
     p.add_argument("--model", required=True)
     p.add_argument("--batch", type=int, nargs="+", default=[1, 64, 256])
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--fp8-gemms", choices=["on", "off"], default="off", help="the LocDiT's GEMMs in FP8")
     p.add_argument("--top", type=int, default=0, help="list the N kernels with the most GPU time (eager step)")
     main(p.parse_args())

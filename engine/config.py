@@ -29,6 +29,9 @@ class EngineConfig:
     pacing_margin_ms: float = 50.0
     pacing_max_hold_ms: float = 500.0
     max_buffered_chunks: int = 32  # a request whose consumer lags this far is paused (no engine work)
+    # VoxCPM: the LocDiT's qkv, gate/up and down GEMMs in FP8 (e4m3, per-token and per-feature scales), about twice
+    # the bf16 rate on an H100; its drift from bf16 is bounded in tests/engine/models/voxcpm/test_fp8.py.
+    fp8_gemms: bool = False
     attention_backend: str = "auto"  # auto | flash_attn | sdpa | torch
     enforce_eager: bool = False  # no CUDA graphs
     # Admissions of up to this many prompt positions (and 8 requests) replay a prefill graph: the time to first

@@ -56,6 +56,7 @@ class ServerConfig:
     max_patches: int = 2000  # absolute cap on patches per segment
     coalesce_ms: float = 1.0  # idle engine: admit a burst once no request arrived for this long (EngineConfig)
     coalesce_max_ms: float = 20.0  # idle engine: the longest a burst's first arrival waits for the rest (EngineConfig)
+    fp8_gemms: bool = False  # VoxCPM: the LocDiT's GEMMs in FP8 (EngineConfig)
     pace_admissions: bool = False  # admit only what the playing streams' buffered audio can spare (EngineConfig)
     pacing_margin_ms: float = 50.0  # audio a stream keeps in hand when admissions are paced (EngineConfig)
     pacing_max_hold_ms: float = 500.0  # paced admissions: the longest the queue's head is held (EngineConfig)
@@ -112,6 +113,7 @@ class ServerConfig:
             max_patches=self.max_patches,
             coalesce_ms=self.coalesce_ms,
             coalesce_max_ms=self.coalesce_max_ms,
+            fp8_gemms=self.fp8_gemms,
             pace_admissions=self.pace_admissions,
             pacing_margin_ms=self.pacing_margin_ms,
             pacing_max_hold_ms=self.pacing_max_hold_ms,
@@ -167,6 +169,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("max-patches", int, defaults.max_patches, "cap on generated patches per segment")
     option("coalesce-ms", float, defaults.coalesce_ms, "idle engine: admit a burst once nothing arrived for this long")
     option("coalesce-max-ms", float, defaults.coalesce_max_ms, "idle engine: the longest the first arrival waits")
+    option("fp8-gemms", _switch, defaults.fp8_gemms, "on: VoxCPM's LocDiT GEMMs in FP8 (faster; stated drift)")
     option("pace-admissions", _switch, defaults.pace_admissions, "on: a step admits what playing streams can spare")
     option("pacing-margin-ms", float, defaults.pacing_margin_ms, "paced admissions: audio each stream keeps in hand")
     option("pacing-max-hold-ms", float, defaults.pacing_max_hold_ms, "paced admissions: longest hold of the queue")
@@ -229,6 +232,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         max_patches=args.max_patches,
         coalesce_ms=args.coalesce_ms,
         coalesce_max_ms=args.coalesce_max_ms,
+        fp8_gemms=args.fp8_gemms,
         pace_admissions=args.pace_admissions,
         pacing_margin_ms=args.pacing_margin_ms,
         pacing_max_hold_ms=args.pacing_max_hold_ms,

@@ -16,6 +16,10 @@ Two more replace library kernels that the profile showed are badly matched to ou
 Qwen3-TTS adds four (the code predictor's 15 passes a frame were bound by kernel count, its codec decoder by
 elementwise passes): `qk_norm_rope`, `cached_attention`, `snake_beta` and `counter_uniform` (engine.noise's hash).
 
+FP8 (opt-in, `EngineConfig.fp8_gemms`): `quantize_rows` and `silu_mul_fp8` write the per-row scaled e4m3 inputs that
+`fp8_linear`'s GEMM (torch._scaled_mm, rowwise scales) reads; the SiLU*mul one saves the down projection's input a
+bf16 round trip through memory.
+
 The twins are the reference numerics (voxcpm `modules/minicpm4/model.py`, `audio_vae*.py`; qwen-tts 0.1.1) and are
 what CPU runs and parity tests execute. `fused_enabled(False)` forces the twins on CUDA too (profiling, A/B checks).
 """
@@ -71,6 +75,35 @@ def rope_torch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 def silu_mul_torch(gate_up: torch.Tensor) -> torch.Tensor:
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8).max  # 448: a row's largest magnitude maps here
+FP8_MIN_AMAX = 1e-12  # an all-zero row gets this amax, not a zero scale
+
+
+def quantize_rows_torch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (e4m3 [M, K], fp32 scale [M, 1]) with x ≈ q * scale: each row scaled so its largest magnitude
+    is FP8_MAX (dynamic, per token for activations and per output feature for weights), rounded to nearest."""
+    xf = x.float()
+    scale = xf.abs().amax(dim=-1, keepdim=True).clamp(min=FP8_MIN_AMAX) / FP8_MAX
+    return (xf / scale).to(FP8), scale
+
+
+def silu_mul_fp8_torch(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """silu_mul (rounded to the model dtype, as the bf16 path feeds the down projection) then quantize_rows; the
+    leading dims of gate_up are kept on the e4m3 rows and the scales."""
+    act = silu_mul_torch(gate_up)
+    q, scale = quantize_rows_torch(act.reshape(-1, act.shape[-1]))
+    return q.view(act.shape), scale.view(*act.shape[:-1], 1)
+
+
+def scaled_mm_torch(
+    q: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """What fp8_linear's GEMM computes, in fp32 from the dequantised operands: q [M, K] e4m3 with scale [M, 1],
+    weight [N, K] e4m3 with weight_scale [1, N] -> [M, N] in `dtype` (the reference for the GPU's _scaled_mm)."""
+    return ((q.float() @ weight.float().t()) * scale * weight_scale).to(dtype)
 
 
 def snake_torch(
@@ -280,6 +313,54 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
         return triton_ops.silu_mul(gate_up)
     return silu_mul_torch(gate_up)
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """See quantize_rows_torch (x [M, K] contiguous)."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.quantize_rows(x)
+    return quantize_rows_torch(x)
+
+
+def silu_mul_fp8(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """See silu_mul_fp8_torch: one pass from the gate/up GEMM's output to the down GEMM's e4m3 input."""
+    if _fused(gate_up):
+        from engine.kernels import triton_ops
+
+        return triton_ops.silu_mul_fp8(gate_up)
+    return silu_mul_fp8_torch(gate_up)
+
+
+def fp8_matmul(
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """q [..., K] e4m3 with per-row scale [..., 1] times weight [N, K] e4m3 with weight_scale [1, N], plus bias,
+    in `dtype`: torch._scaled_mm with rowwise scales (the H100's FP8 tensor cores; fp32 accumulation)."""
+    lead = q.shape[:-1]
+    y = torch._scaled_mm(
+        q.reshape(-1, q.shape[-1]),
+        weight.t(),
+        scale_a=scale.reshape(-1, 1),
+        scale_b=weight_scale,
+        bias=bias,
+        out_dtype=dtype,
+    )
+    return y.view(*lead, weight.shape[0])
+
+
+def fp8_linear(
+    x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """F.linear with an e4m3 weight (per-output-feature weight_scale [1, N]): x's rows are quantised on the fly."""
+    q, scale = quantize_rows(x.reshape(-1, x.shape[-1]))
+    return fp8_matmul(q.view(x.shape), scale, weight, weight_scale, bias, x.dtype)
 
 
 def snake(

@@ -14,6 +14,8 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from engine.kernels import (
+    FP8_MAX,
+    FP8_MIN_AMAX,
     MAX_TINY_SEQ,
     LoRARows,
     cached_attention_torch,
@@ -24,8 +26,10 @@ from engine.kernels import (
     lora_add_torch,
     pointwise_residual_torch,
     qk_norm_rope_torch,
+    quantize_rows_torch,
     rms_norm_torch,
     rope_torch,
+    silu_mul_fp8_torch,
     silu_mul_torch,
     snake_beta_torch,
     snake_torch,
@@ -215,6 +219,71 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         block = min(1024, triton.next_power_of_2(n_cols))
         _silu_mul_kernel[(rows, triton.cdiv(n_cols, block))](gate_up, out, n_cols, BLOCK=block, num_warps=4)
     return out
+
+
+# -- FP8 rows: one program per row (K <= 16384 in one block), the scale from the row's amax ---------------------
+
+_FP8_MAX = tl.constexpr(FP8_MAX)  # a jitted function reads module globals only as constexprs
+_FP8_MIN_AMAX = tl.constexpr(FP8_MIN_AMAX)
+
+
+@triton.jit
+def _store_fp8_row(y, q_ptr, scale_ptr, cols, mask):
+    """Quantise the fp32 row y (masked lanes 0) as quantize_rows_torch does: scale = max(amax, min) / FP8_MAX."""
+    scale = tl.maximum(tl.max(tl.abs(y), axis=0), _FP8_MIN_AMAX) / _FP8_MAX
+    tl.store(scale_ptr, scale)
+    tl.store(q_ptr + cols, (y / scale).to(q_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    _store_fp8_row(x, q_ptr + row * n_cols, scale_ptr + row, cols, mask)
+
+
+@triton.jit
+def _silu_mul_fp8_kernel(gu_ptr, q_ptr, scale_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    gate = tl.load(gu_ptr + row * 2 * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(gu_ptr + row * 2 * n_cols + n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    act = (gate / (1.0 + tl.exp(-gate))).to(gu_ptr.dtype.element_ty)  # F.silu rounds here
+    y = (act.to(tl.float32) * up).to(gu_ptr.dtype.element_ty)  # and the product, as silu_mul's output
+    _store_fp8_row(y.to(tl.float32), q_ptr + row * n_cols, scale_ptr + row, cols, mask)
+
+
+_MAX_FP8_ROW = 16384
+
+
+def _fp8_rows(n_cols: int, rows: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    q = torch.empty(rows, n_cols, dtype=torch.float8_e4m3fn, device=like.device)
+    scale = torch.empty(rows, 1, dtype=torch.float32, device=like.device)
+    return q, scale, triton.next_power_of_2(n_cols)
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.dim() != 2 or not x.is_contiguous() or not 0 < x.shape[1] <= _MAX_FP8_ROW:
+        return quantize_rows_torch(x)
+    q, scale, block = _fp8_rows(x.shape[1], x.shape[0], x)
+    if x.shape[0]:
+        _quantize_rows_kernel[(x.shape[0],)](x, q, scale, x.shape[1], BLOCK=block, num_warps=_warps(block))
+    return q, scale
+
+
+def silu_mul_fp8(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n_cols = gate_up.shape[-1] // 2
+    if not gate_up.is_contiguous() or not 0 < n_cols <= _MAX_FP8_ROW:
+        return silu_mul_fp8_torch(gate_up)
+    rows = gate_up.numel() // (2 * n_cols)
+    q, scale, block = _fp8_rows(n_cols, rows, gate_up)
+    if rows:
+        _silu_mul_fp8_kernel[(rows,)](gate_up, q, scale, n_cols, BLOCK=block, num_warps=_warps(block))
+    lead = gate_up.shape[:-1]
+    return q.view(*lead, n_cols), scale.view(*lead, 1)
 
 
 # -- Snake (AudioVAE activation) and the depthwise causal conv it follows -------------------------------------

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine import kernels
+from engine.models.layers import Fp8Linear
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +91,19 @@ class LoRALinear(nn.Linear):
         self.site = site
         self.rank = rank
         self.adapter_rows = rows
+        # An FP8 base keeps its GEMM; the adapter's A and B stay in the activations' dtype.
+        self.weight_scale = base.weight_scale if isinstance(base, Fp8Linear) else None
+        dtype = base.out_dtype if isinstance(base, Fp8Linear) else base.weight.dtype
         width = rank * len(site.parts)
-        like = {"dtype": base.weight.dtype, "device": base.weight.device}
+        like = {"dtype": dtype, "device": base.weight.device}
         self.register_buffer("lora_a", torch.zeros(rows.slots, width, self.in_features, **like), persistent=False)
         self.register_buffer("lora_b", torch.zeros(rows.slots, width, self.out_features, **like), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias)
+        if self.weight_scale is None:
+            y = F.linear(x, self.weight, self.bias)
+        else:
+            y = kernels.fp8_linear(x, self.weight, self.weight_scale, self.bias)
         rows = self.adapter_rows.prepared(self.site.rows, x.shape[:-1])
         if rows is None:
             return y

@@ -95,3 +95,9 @@ def test_bad_coalesce_flags(argv: list[str], capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         parse_args(argv, {})
     assert "--coalesce-ms must be >= 0 and at most --coalesce-max-ms" in capsys.readouterr().err
+
+
+def test_fp8_gemms_flag_reaches_the_engine() -> None:
+    assert not parse_args([], {}).engine_config("m", "cpu", ()).fp8_gemms
+    assert parse_args(["--fp8-gemms", "on"], {}).engine_config("m", "cpu", ()).fp8_gemms
+    assert parse_args([], {"TTSWS_FP8_GEMMS": "on"}).fp8_gemms

@@ -125,6 +125,8 @@ def _sampling(params: GenerationParams, defaults: SamplingParams) -> SamplingPar
 
 class Qwen3Runner:
     def __init__(self, config: EngineConfig, directory: Path | None = None) -> None:
+        if config.fp8_gemms:
+            raise ValueError("fp8_gemms is for VoxCPM checkpoints; Qwen3-TTS runs its GEMMs in the model dtype")
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         loaded = load_qwen3tts(directory or config.model, self.device, self.dtype, config.attention_backend)

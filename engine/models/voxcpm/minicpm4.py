@@ -19,7 +19,7 @@ from torch import nn
 from engine import kernels
 from engine.attention import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
-from engine.models.layers import RMSNorm
+from engine.models.layers import Fp8Linear, RMSNorm
 from engine.models.voxcpm.config import MiniCPM4Config
 
 
@@ -102,7 +102,10 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(kernels.silu_mul(self.gate_up_proj(x)))
+        gate_up = self.gate_up_proj(x)
+        if type(self.down_proj) is Fp8Linear:  # SiLU*mul writes the e4m3 rows the down GEMM reads (not a LoRA one)
+            return self.down_proj.forward_fp8(*kernels.silu_mul_fp8(gate_up))
+        return self.down_proj(kernels.silu_mul(gate_up))
 
 
 class DecoderLayer(nn.Module):

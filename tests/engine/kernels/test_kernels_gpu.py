@@ -382,3 +382,44 @@ def test_cached_attention_writes_the_cache_and_attends_causally(dtype: torch.dty
     assert _rel(got, want) < (4e-3 if dtype == torch.bfloat16 else 1e-5)
     for c, m in zip(caches, mine, strict=True):
         assert torch.equal(c[:, : start + len_q], m[:, : start + len_q])
+
+
+def _assert_fp8_rows(q: torch.Tensor, scale: torch.Tensor, twin: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """The kernel's e4m3 rows and scales against the twin's: scales to fp32 rounding, and each value the twin's or,
+    where the division rounded differently right at an e4m3 midpoint, one e4m3 step from it (at most 0.1 %)."""
+    q_twin, scale_twin = twin
+    assert q.dtype == torch.float8_e4m3fn and q.shape == q_twin.shape and scale.shape == scale_twin.shape
+    torch.testing.assert_close(scale, scale_twin, rtol=1e-6, atol=0)
+    got, want = q.float(), q_twin.float()
+    differ = got != want
+    assert float(differ.float().mean()) <= 1e-3
+    assert bool(((got - want).abs() <= want.abs() / 8 + 2**-9)[differ].all())  # e4m3: 3 mantissa bits
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(1, 1024), (11264, 2048), (37, 4096), (5, 24)])
+def test_quantize_rows(dtype: torch.dtype, shape: tuple[int, int]) -> None:
+    x = torch.randn(shape, device="cuda", dtype=dtype) * 5
+    x[0] = 0  # an all-zero row: the smallest scale, zeros
+    _assert_fp8_rows(*triton_ops.quantize_rows(x), kernels.quantize_rows_torch(x))
+
+
+@pytest.mark.parametrize("shape", [(1, 8192), (6, 11, 8192), (9, 48)])
+def test_silu_mul_fp8(shape: tuple[int, ...]) -> None:
+    gate_up = torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 3
+    q, scale = triton_ops.silu_mul_fp8(gate_up)
+    assert q.shape == (*shape[:-1], shape[-1] // 2) and scale.shape == (*shape[:-1], 1)
+    q_twin, scale_twin = kernels.silu_mul_fp8_torch(gate_up)
+    _assert_fp8_rows(q.flatten(0, -2), scale.flatten(0, -2), (q_twin.flatten(0, -2), scale_twin.flatten(0, -2)))
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 1024, 2560), (11264, 1024, 8192), (300, 4096, 1024)])
+def test_fp8_matmul_is_the_dequantised_product(m: int, k: int, n: int) -> None:
+    """cuBLAS's rowwise-scaled FP8 GEMM against the fp32 product of the dequantised operands, rounded to bf16."""
+    x, weight = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda") / k**0.5
+    q, scale = kernels.quantize_rows_torch(x)
+    w, w_scale = kernels.quantize_rows_torch(weight)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    got = kernels.fp8_matmul(q, scale, w, w_scale.t().contiguous(), bias, torch.bfloat16)
+    want = kernels.scaled_mm_torch(q, scale, w, w_scale.t(), torch.float32) + bias.float()
+    assert _rel(got, want) < 4e-3

@@ -181,3 +181,9 @@ def test_lora_adapters_are_refused_at_start(qwen_checkpoint) -> None:
     with pytest.raises(ValueError, match="serves no LoRA adapters"):
         EngineCore(engine_config(qwen_checkpoint("customvoice-0.6b"), max_loras=2))
     assert EngineCore(engine_config(qwen_checkpoint("customvoice-0.6b"))).runner.lora is None
+
+
+def test_fp8_gemms_are_refused(qwen_checkpoint) -> None:
+    """FP8 GEMMs are a VoxCPM option: a Qwen3-TTS engine asked for them fails at start, not silently in bf16."""
+    with pytest.raises(ValueError, match="fp8_gemms is for VoxCPM"):
+        EngineCore(engine_config(qwen_checkpoint("base-0.6b"), fp8_gemms=True))

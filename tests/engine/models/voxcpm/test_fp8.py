@@ -1,0 +1,142 @@
+"""FP8 LocDiT GEMMs (EngineConfig.fp8_gemms): which linears they replace, that the engine (and LoRA) runs on them,
+and their drift from the model dtype. CPU runs the same code path (torch._scaled_mm has a CPU kernel); the GPU test
+bounds the drift at full size, where it is stated (docs/engine.md)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from engine.attention import get_attention_backend
+from engine.engine_core import EngineCore
+from engine.lora.linear import AdapterRows, LoRALinear, Part, Site
+from engine.lora.make_adapter import make_adapter
+from engine.models.layers import Fp8Linear
+from engine.models.voxcpm.cfm import CFM
+from engine.models.voxcpm.config import parse_config
+from engine.models.voxcpm.locdit import FP8_LINEARS, LocDiT
+from engine.models.voxcpm.make_checkpoint import make_config
+from tests.engine.helpers import engine_config
+from tests.engine.test_cuda_graphs import _run_mixed_steps
+
+# Relative RMS of a solved patch, FP8 against the model dtype, full-size random VoxCPM2 LocDiT in bf16 (GPU test).
+FULL_SIZE_PATCH_DRIFT = 0.05
+
+
+def _cfm(variant: str, size: str, device: str, dtype: torch.dtype) -> CFM:
+    """A randomly initialised solver (nn.Linear's own init) of a variant's LocDiT."""
+    config = parse_config(make_config(variant, size))
+    torch.manual_seed(0)
+    with torch.device(device):
+        estimator = LocDiT(
+            config.local_stack(config.dit_config),
+            config.feat_dim,
+            config.patch_size,
+            mu_tokens=2 if config.is_v2 else 0,
+            backend=get_attention_backend("torch", device),
+        )
+    return CFM(estimator.to(dtype), config.mean_mode).eval()
+
+
+def _patch_drift(cfm: CFM, rows: int, timesteps: int = 10) -> float:
+    """Relative RMS between the patches the model-dtype solver and its FP8 copy solve from the same inputs (cfg 2)."""
+    fp8 = copy.deepcopy(cfm)
+    fp8.estimator.use_fp8()
+    estimator, device, dtype = cfm.estimator, cfm.estimator.in_proj.weight.device, cfm.estimator.in_proj.weight.dtype
+    gen = torch.Generator().manual_seed(1)
+    latent = (rows, estimator.patch_size, estimator.in_proj.in_features)
+    mu = torch.randn(rows, max(1, estimator.mu_tokens) * estimator.hidden, generator=gen).to(device, dtype)
+    cond = torch.randn(latent, generator=gen).to(device, dtype)
+    noise = torch.randn(latent, generator=gen).to(device)
+    args = (torch.ones(rows, device=device), torch.full((rows,), 2.0, device=device))
+    steps = torch.full((rows,), timesteps, device=device)
+    with torch.no_grad():
+        base = cfm(mu, cond, noise, *args, steps, timesteps).float()
+        quantised = fp8(mu, cond, noise, *args, steps, timesteps).float()
+    assert torch.isfinite(quantised).all()
+    return float((quantised - base).pow(2).mean().sqrt() / base.pow(2).mean().sqrt())
+
+
+def test_use_fp8_replaces_the_decoder_linears_only() -> None:
+    estimator = _cfm("voxcpm2", "tiny", "cpu", torch.float32).estimator
+    names = set(estimator.state_dict())
+    estimator.use_fp8()
+    for layer in estimator.decoder.layers:
+        linears = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
+        assert all(type(linear) is Fp8Linear for linear in linears)
+        assert all(linear.weight.dtype == torch.float8_e4m3fn for linear in linears)
+    assert len(FP8_LINEARS) == len(linears)
+    assert type(estimator.in_proj) is nn.Linear and type(estimator.time_mlp.linear_1) is nn.Linear
+    assert set(estimator.state_dict()) == names  # same parameter paths (LoRA sites, checkpoint names)
+
+
+@pytest.mark.parametrize("variant", ["voxcpm2", "voxcpm1.5"])
+def test_fp8_patch_stays_close_on_cpu(variant: str) -> None:
+    """The tiny fp32 model solved with FP8 GEMMs: close to fp32, and not equal (the FP8 path ran)."""
+    drift = _patch_drift(_cfm(variant, "tiny", "cpu", torch.float32), rows=6)
+    assert 0 < drift < 0.1, drift
+
+
+def test_fp8_linear_with_a_lora_adapter_is_the_fp8_product_plus_the_adapter() -> None:
+    linear = nn.Linear(32, 48, bias=True)
+    base = Fp8Linear(linear)
+    rows = AdapterRows(slots=2)
+    wrapped = LoRALinear(base, Site("proj", (Part("proj", 0, 48),), 32, "dit", "dit"), rank=4, rows=rows)
+    assert wrapped.lora_a.dtype == torch.float32  # the activations' dtype, not the weight's
+    a, b = torch.randn(4, 32), torch.randn(48, 4)
+    wrapped.load(1, {"proj": (a, b)}, scaling=0.5)
+    x = torch.randn(5, 32)
+    with torch.no_grad():
+        assert torch.equal(wrapped(x), base(x))  # no adapter index set: the FP8 product alone
+        rows.dit = torch.tensor([1, 0, 1, 0, 0], dtype=torch.int32)
+        expected = base(x) + (x @ a.t() @ b.t()) * 0.5 * rows.dit[:, None]
+        torch.testing.assert_close(wrapped(x), expected, rtol=1e-5, atol=1e-4)
+        error = (base(x) - linear(x)).abs().max() / linear(x).abs().max()
+    assert 0 < float(error) < 0.05
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_checkpoint: Callable[..., Path]) -> Path:
+    return tiny_checkpoint("voxcpm2", stop=False)
+
+
+def test_engine_with_fp8_gemms_and_lora(checkpoint: Path, tmp_path: Path) -> None:
+    """Mixed steps (admissions joining a running batch, mixed Euler steps) on FP8 GEMMs: every request's audio is
+    finite, its first latent patch close to the fp32 engine's (the tiny random VAE then amplifies a difference some
+    fivefold, so audio is not compared); a DiT adapter still changes its requests, others are the FP8 base model's
+    bit for bit."""
+    adapter = make_adapter(checkpoint, tmp_path / "a", 4, 16, ("lm", "dit"), 0, scale=0.2)
+    runs = {}
+    for name, overrides in {"fp32": {}, "fp8": {"fp8_gemms": True}}.items():
+        runs[name] = _run_mixed_steps(EngineCore(engine_config(checkpoint, max_num_seqs=8, **overrides)))
+    core = EngineCore(engine_config(checkpoint, max_num_seqs=8, max_loras=1, max_lora_rank=8, fp8_gemms=True))
+    core.load_lora("a", core.read_lora(adapter))
+    adapted = _run_mixed_steps(core, {"r0": "a", "r3": "a"})
+    for request_id, chunks in runs["fp8"].items():
+        fp8 = np.stack([c[1] for c in chunks])
+        assert np.isfinite(fp8).all() and fp8.shape == np.stack([c[1] for c in runs["fp32"][request_id]]).shape
+        latent, reference = chunks[0][0], runs["fp32"][request_id][0][0]
+        first = np.sqrt(np.mean((latent - reference) ** 2) / np.mean(reference**2))
+        assert 0 < first < 0.15, (request_id, first)
+        with_adapter = np.stack([c[1] for c in adapted[request_id]])
+        if request_id in ("r0", "r3"):
+            assert np.abs(with_adapter[0] - fp8[0]).max() > 1e-3, request_id
+        else:
+            np.testing.assert_array_equal(with_adapter, fp8, err_msg=request_id)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fp8_drift_at_full_size_on_gpu() -> None:
+    """Full-size random VoxCPM2 LocDiT in bf16, 64 rows, 10 Euler steps with guidance: FP8 against bf16 within
+    FULL_SIZE_PATCH_DRIFT (the Triton quantising kernels and cuBLAS's FP8 GEMM, all as the engine runs them)."""
+    bf16 = _cfm("voxcpm2", "full", "cuda", torch.bfloat16)
+    drift = _patch_drift(bf16, rows=64)
+    print(f"fp8 vs bf16 patch drift {drift:.4f}")
+    assert 0 < drift < FULL_SIZE_PATCH_DRIFT
