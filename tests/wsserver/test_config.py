@@ -90,7 +90,9 @@ def test_coalesce_flags_reach_the_engine() -> None:
     assert (engine.coalesce_ms, engine.coalesce_max_ms) == (4.0, 60.0)
 
 
-@pytest.mark.parametrize("argv", [["--coalesce-ms", "30"], ["--coalesce-ms", "-1"]])
+@pytest.mark.parametrize(
+    "argv", [["--coalesce-ms", "200"], ["--coalesce-ms", "9", "--coalesce-max-ms", "8"], ["--coalesce-ms", "-1"]]
+)
 def test_bad_coalesce_flags(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(argv, {})
