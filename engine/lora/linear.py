@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engine import kernels
-from engine.models.layers import Fp8Linear
+from engine.models.layers import Fp8Linear, linear
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,19 +90,14 @@ class LoRALinear(nn.Linear):
         self.site = site
         self.rank = rank
         self.adapter_rows = rows
-        # An FP8 base keeps its GEMM; the adapter's A and B stay in the activations' dtype.
-        self.weight_scale = base.weight_scale if isinstance(base, Fp8Linear) else None
-        dtype = base.out_dtype if isinstance(base, Fp8Linear) else base.weight.dtype
+        self.fp8 = base.fp8 if isinstance(base, Fp8Linear) else None  # an FP8 base keeps its GEMM
         width = rank * len(site.parts)
-        like = {"dtype": dtype, "device": base.weight.device}
+        like = {"dtype": base.weight.dtype, "device": base.weight.device}
         self.register_buffer("lora_a", torch.zeros(rows.slots, width, self.in_features, **like), persistent=False)
         self.register_buffer("lora_b", torch.zeros(rows.slots, width, self.out_features, **like), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight_scale is None:
-            y = F.linear(x, self.weight, self.bias)
-        else:
-            y = kernels.fp8_linear(x, self.weight, self.weight_scale, self.bias)
+        y = linear(x, self.weight, self.bias, self.fp8)
         rows = self.adapter_rows.prepared(self.site.rows, x.shape[:-1])
         if rows is None:
             return y

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from engine import kernels
@@ -24,27 +25,51 @@ class RMSNorm(nn.Module):
         return kernels.add_rms_norm(x, update, self.weight, self.eps)
 
 
-class Fp8Linear(nn.Linear):
-    """A loaded nn.Linear with its weight in FP8 (e4m3, one scale per output feature): the H100's FP8 tensor cores
-    run its GEMM at about twice the bf16 rate. Inputs are quantised per row on the fly (kernels.fp8_linear), or
-    arrive quantised (`forward_fp8`, from a kernel that fused it). Inference only; the parameters are the same
-    names as the linear's, so LoRA sites and state-dict paths do not change."""
+# Below this many input rows an Fp8Linear multiplies in the model dtype: at one VoxCPM2 stream (44 LocDiT rows) the
+# quantising launches cost more than the FP8 GEMM saves (RTF 0.065 against 0.059 on the H100, fp8 throughout), and
+# at batch FP8 wins (xRT +16 % at 256 and 512 streams). Read at call time, so that tests can move it.
+FP8_MIN_ROWS = 512
 
-    def __init__(self, linear: nn.Linear) -> None:
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, fp8: Fp8Weight | None) -> torch.Tensor:
+    """F.linear, or its FP8 product (kernels.fp8_linear) when `fp8` is given and x has FP8_MIN_ROWS rows or more."""
+    if fp8 is not None and x.numel() >= FP8_MIN_ROWS * x.shape[-1]:
+        return kernels.fp8_linear(x, fp8.weight, fp8.scale, bias)
+    return F.linear(x, weight, bias)
+
+
+class Fp8Weight(nn.Module):
+    """A weight [N, K] in e4m3 with one fp32 scale per output feature ([1, N], as torch._scaled_mm takes it)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        q, scale = kernels.quantize_rows_torch(weight.detach())  # the twin: exact on any device
+        self.register_buffer("weight", q, persistent=False)
+        self.register_buffer("scale", scale.t().contiguous(), persistent=False)
+
+
+class Fp8Linear(nn.Linear):
+    """A loaded nn.Linear that also holds its weight in FP8 (`fp8`) and multiplies in FP8 at batch (`linear`): the
+    H100's FP8 tensor cores run about twice the bf16 rate. Inputs are quantised per row on the fly, or arrive
+    quantised (`forward_fp8`, from a kernel that fused it). The model-dtype weight stays (small batches use it;
+    LoRA sites, state-dict paths and dtypes do not change). Inference only."""
+
+    def __init__(self, base: nn.Linear) -> None:
         nn.Module.__init__(self)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.out_dtype = linear.weight.dtype  # what the activations are: the output's dtype
-        weight, scale = kernels.quantize_rows_torch(linear.weight.detach())  # per output feature: exact anywhere
-        self.weight = nn.Parameter(weight, requires_grad=False)
-        self.register_buffer("weight_scale", scale.t().contiguous(), persistent=False)  # [1, N]: _scaled_mm's
-        self.bias = linear.bias
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.weight, self.bias = base.weight, base.bias
+        self.fp8 = Fp8Weight(base.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.fp8_linear(x, self.weight, self.weight_scale, self.bias)
+        return linear(x, self.weight, self.bias, self.fp8)
+
+    def takes_fp8(self, x: torch.Tensor) -> bool:
+        """Whether an input like x runs in FP8: a caller that can quantise it in a fused kernel then does."""
+        return x.numel() >= FP8_MIN_ROWS * x.shape[-1]
 
     def forward_fp8(self, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         """The product for rows already quantised: q [..., in] e4m3 with scale [..., 1]."""
-        return kernels.fp8_matmul(q, scale, self.weight, self.weight_scale, self.bias, self.out_dtype)
+        return kernels.fp8_matmul(q, scale, self.fp8.weight, self.fp8.scale, self.bias, self.weight.dtype)
 
 
 def use_fp8_(module: nn.Module, names: tuple[str, ...]) -> None:

@@ -103,9 +103,10 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
-        if type(self.down_proj) is Fp8Linear:  # SiLU*mul writes the e4m3 rows the down GEMM reads (not a LoRA one)
-            return self.down_proj.forward_fp8(*kernels.silu_mul_fp8(gate_up))
-        return self.down_proj(kernels.silu_mul(gate_up))
+        down = self.down_proj
+        if type(down) is Fp8Linear and down.takes_fp8(x):  # SiLU*mul writes the e4m3 rows the down GEMM reads
+            return down.forward_fp8(*kernels.silu_mul_fp8(gate_up))
+        return down(kernels.silu_mul(gate_up))
 
 
 class DecoderLayer(nn.Module):

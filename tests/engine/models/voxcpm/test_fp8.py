@@ -17,6 +17,7 @@ from engine.attention import get_attention_backend
 from engine.engine_core import EngineCore
 from engine.lora.linear import AdapterRows, LoRALinear, Part, Site
 from engine.lora.make_adapter import make_adapter
+from engine.models import layers
 from engine.models.layers import Fp8Linear
 from engine.models.voxcpm.cfm import CFM
 from engine.models.voxcpm.config import parse_config
@@ -70,12 +71,31 @@ def test_use_fp8_replaces_the_decoder_linears_only() -> None:
     for layer in estimator.decoder.layers:
         linears = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
         assert all(type(linear) is Fp8Linear for linear in linears)
-        assert all(linear.weight.dtype == torch.float8_e4m3fn for linear in linears)
+        assert all(linear.fp8.weight.dtype == torch.float8_e4m3fn for linear in linears)
+        assert all(linear.weight.dtype == torch.float32 for linear in linears)  # kept for small batches
     assert len(FP8_LINEARS) == len(linears)
     assert type(estimator.in_proj) is nn.Linear and type(estimator.time_mlp.linear_1) is nn.Linear
     assert set(estimator.state_dict()) == names  # same parameter paths (LoRA sites, checkpoint names)
 
 
+@pytest.fixture
+def fp8_at_any_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FP8 from the first row: the tiny models' batches are below FP8_MIN_ROWS."""
+    monkeypatch.setattr(layers, "FP8_MIN_ROWS", 0)
+
+
+def test_small_batches_multiply_in_the_model_dtype() -> None:
+    linear = nn.Linear(32, 48)
+    fp8 = Fp8Linear(linear)
+    with torch.no_grad():
+        small = torch.randn(layers.FP8_MIN_ROWS - 1, 32)
+        assert torch.equal(fp8(small), linear(small))
+        large = torch.randn(2, layers.FP8_MIN_ROWS // 2, 32)
+        assert not torch.equal(fp8(large), linear(large))
+        torch.testing.assert_close(fp8(large), linear(large), rtol=0.1, atol=0.1)
+
+
+@pytest.mark.usefixtures("fp8_at_any_batch")
 @pytest.mark.parametrize("variant", ["voxcpm2", "voxcpm1.5"])
 def test_fp8_patch_stays_close_on_cpu(variant: str) -> None:
     """The tiny fp32 model solved with FP8 GEMMs: close to fp32, and not equal (the FP8 path ran)."""
@@ -83,6 +103,7 @@ def test_fp8_patch_stays_close_on_cpu(variant: str) -> None:
     assert 0 < drift < 0.1, drift
 
 
+@pytest.mark.usefixtures("fp8_at_any_batch")
 def test_fp8_linear_with_a_lora_adapter_is_the_fp8_product_plus_the_adapter() -> None:
     linear = nn.Linear(32, 48, bias=True)
     base = Fp8Linear(linear)
@@ -106,6 +127,7 @@ def checkpoint(tiny_checkpoint: Callable[..., Path]) -> Path:
     return tiny_checkpoint("voxcpm2", stop=False)
 
 
+@pytest.mark.usefixtures("fp8_at_any_batch")
 def test_engine_with_fp8_gemms_and_lora(checkpoint: Path, tmp_path: Path) -> None:
     """Mixed steps (admissions joining a running batch, mixed Euler steps) on FP8 GEMMs: every request's audio is
     finite, its first latent patch close to the fp32 engine's (the tiny random VAE then amplifies a difference some
