@@ -93,5 +93,5 @@ class LocDiT(nn.Module):
     def forward(self, x: torch.Tensor, time: torch.Tensor, mu: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """Velocity for x [R, P, D] given the time token [R, hidden] and `context()`'s mu part and cond tokens."""
         prefix = torch.cat((mu, time.unsqueeze(1)), dim=1) if self.mu_tokens else (mu + time).unsqueeze(1)
-        hidden = self.decoder(torch.cat((prefix, cond, self.in_proj(x)), dim=1))
-        return self.out_proj(hidden[:, -self.patch_size :])
+        hidden = self.decoder(torch.cat((prefix, cond, self.in_proj(x)), dim=1), keep=self.patch_size)
+        return self.out_proj(hidden)

@@ -79,8 +79,10 @@ class Attention(nn.Module):
         x: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor] | None,
         attn: AttentionMetadata | None,
+        keep: int | None = None,
     ) -> torch.Tensor:
-        """Causal over the KV pool if `attn` is given (x [N, hidden]), else bidirectional per row (x [B, S, hidden])."""
+        """Causal over the KV pool if `attn` is given (x [N, hidden]), else bidirectional per row (x [B, S, hidden]);
+        `keep` (bidirectional): the output of only the last `keep` positions of each row, which attend to all."""
         lead = x.shape[:-1]
         q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
         q = q.view(*lead, self.num_heads, self.head_dim)
@@ -90,9 +92,11 @@ class Attention(nn.Module):
             q, k = kernels.rope_qk(q, k, *rope)
         if attn is None:
             out = self.backend.dense(q, k, v, self.scale)
+            if keep is not None:
+                out = out[:, -keep:]
         else:
             out = self.backend.paged(q, k, v, self.k_cache, self.v_cache, attn, self.scale)
-        return self.o_proj(out.reshape(*lead, self.num_heads * self.head_dim))
+        return self.o_proj(out.reshape(*out.shape[:-2], self.num_heads * self.head_dim))
 
 
 class MLP(nn.Module):
@@ -129,10 +133,15 @@ class DecoderLayer(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor] | None,
         attn: AttentionMetadata | None,
         next_norm: RMSNorm,
+        keep: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x: the residual stream; normed: input_layernorm(x), computed by the previous layer's last add.
-        Returns the new residual stream and `next_norm` of it: each residual add is fused with the norm after."""
-        x, h = self.post_attention_layernorm.add_forward(x, self._scaled(self.self_attn(normed, rope, attn)))
+        Returns the new residual stream and `next_norm` of it: each residual add is fused with the norm after.
+        `keep` (bidirectional): return only each row's last `keep` positions (all of them still attended to)."""
+        update = self._scaled(self.self_attn(normed, rope, attn, keep))
+        if keep is not None:
+            x = x[:, -keep:].contiguous()
+        x, h = self.post_attention_layernorm.add_forward(x, update)
         return next_norm.add_forward(x, self._scaled(self.mlp(h)))
 
 
@@ -149,9 +158,15 @@ class MiniCPM4(nn.Module):
         self.rope = None if config.no_rope else LongRoPE(config, rope_length)
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor | None = None, attn: AttentionMetadata | None = None
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        attn: AttentionMetadata | None = None,
+        keep: int | None = None,
     ) -> torch.Tensor:
-        """Causal: x [N, hidden] with positions [N] and attn. Bidirectional: x [B, S, hidden], positions 0..S-1."""
+        """Causal: x [N, hidden] with positions [N] and attn. Bidirectional: x [B, S, hidden], positions 0..S-1;
+        `keep`: only each row's last `keep` outputs are wanted, so the last layer's o_proj, MLP and norms run on
+        those alone (in the LocDiT 4 of 11 positions: ~5 % of its GEMM work saved)."""
         rope = None
         if self.rope is not None:
             if positions is None:
@@ -161,6 +176,7 @@ class MiniCPM4(nn.Module):
             rope = (cos.unsqueeze(-2), sin.unsqueeze(-2))
         norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
         normed = self.layers[0].input_layernorm(x)
-        for layer, next_norm in zip(self.layers, norms, strict=True):
-            x, normed = layer(x, normed, rope, attn, next_norm)
+        last = len(self.layers) - 1
+        for i, (layer, next_norm) in enumerate(zip(self.layers, norms, strict=True)):
+            x, normed = layer(x, normed, rope, attn, next_norm, keep if i == last else None)
         return normed
