@@ -28,6 +28,11 @@ class EngineConfig:
     pace_admissions: bool = False
     pacing_margin_ms: float = 50.0
     pacing_max_hold_ms: float = 500.0
+    # A stream's first chunk waits for its second while the next step is due to admit more than this many prompt
+    # positions (queued, or arrived and not yet queued): such a step outlasts the one patch a stream that has just
+    # started holds, so its player would run dry right after the first patch (a burst's early arrivals, admitted a
+    # step before the rest). The held stream starts a step later with two patches in hand. 0: never hold.
+    first_chunk_hold_positions: int = 0
     max_buffered_chunks: int = 32  # a request whose consumer lags this far is paused (no engine work)
     # VoxCPM: the LocDiT's qkv, gate/up and down GEMMs in FP8 (e4m3, per-token and per-feature scales), about twice
     # the bf16 rate on an H100; its drift from bf16 is bounded in tests/engine/models/voxcpm/test_fp8.py.
@@ -61,6 +66,7 @@ class EngineConfig:
         assert self.max_patches >= 1
         assert 0 < self.kv_memory_fraction <= 1
         assert 0 <= self.coalesce_ms <= self.coalesce_max_ms
+        assert self.first_chunk_hold_positions >= 0
         assert self.pacing_margin_ms >= 0 and self.pacing_max_hold_ms >= 0
         assert self.max_buffered_chunks >= 1
         assert self.prefill_graph_tokens >= 0

@@ -130,6 +130,10 @@ class EngineCore:
     def has_work(self) -> bool:
         return self.healthy and self.scheduler.has_work()
 
+    def admission_ahead(self, arriving: list[int]) -> int:
+        """See Scheduler.admission_ahead."""
+        return self.scheduler.admission_ahead(arriving)
+
     def step(self) -> list[AudioChunk]:
         """Run one step; one chunk per stepped request, `finish_reason` set on a request's last chunk.
 

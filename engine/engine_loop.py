@@ -10,6 +10,8 @@ engine process (engine.process). It owns the EngineCore; everything else reaches
 - When idle, an arrival waits for the rest of its burst (until `coalesce_ms` pass without another, at most
   `coalesce_max_ms`), so that the burst lands in one prefill; a burst enters at the pace its senders tokenize, and a
   fixed window would cut it. While busy, arrivals join at the next step boundary.
+- While the next step is due to admit more than `first_chunk_hold_positions` prompt positions, a request's first
+  chunk is held back and handed over with its second (EngineConfig says why); an abort drops it.
 - Back-pressure is the consumer's: it sends `Pause` when it lags `max_buffered_chunks` behind and `Resume` once it
   caught up by half (engine.streams). A paused request keeps its KV blocks and slot but is not stepped.
 - A failure of the core fails every open request (and every queued command) with an EngineError; so does `stop()`.
@@ -17,6 +19,7 @@ engine process (engine.process). It owns the EngineCore; everything else reaches
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -109,6 +112,7 @@ class EngineLoop:
         self._dead = False  # guarded by _cond: the loop has exited, commands are refused
         self._last_add = 0.0  # guarded by _cond: time.monotonic() of the newest Add
         self._owners: dict[str, Channel] = {}  # loop thread only: the channel of every open request
+        self._held: dict[str, AudioChunk] = {}  # loop thread only: first chunks held back (first_chunk_hold_positions)
         self._stats: EngineStats = core.stats()  # replaced (never mutated) by the loop thread
 
     def stats(self) -> EngineStats:
@@ -189,6 +193,7 @@ class EngineLoop:
                         endings.append((channel, seq.request_id, error))
                 case Abort(request_id=request_id):
                     self.core.abort(request_id)
+                    self._held.pop(request_id, None)
                     if (channel := self._owners.pop(request_id, None)) is not None:
                         endings.append((channel, request_id, None))
                 case Pause(request_id=request_id):
@@ -211,6 +216,7 @@ class EngineLoop:
                     for request_id in [rid for rid, owner in self._owners.items() if owner is channel]:
                         self.core.abort(request_id)
                         del self._owners[request_id]
+                        self._held.pop(request_id, None)
         self._hand_off(endings)
 
     def _lora_change(self, change: Callable[[], None]) -> EngineError | None:
@@ -233,15 +239,32 @@ class EngineLoop:
         return None
 
     def _deliver(self, chunks: list[AudioChunk]) -> None:
+        hold = self._hold_first_chunks()
         items: list[tuple[Channel, str, Item]] = []
         for chunk in chunks:
             channel = self._owners.get(chunk.request_id)
             if channel is None:
                 continue
+            if (held := self._held.pop(chunk.request_id, None)) is not None:
+                items.append((channel, chunk.request_id, held))
+            elif hold and chunk.index == 0 and chunk.finish_reason is None:
+                # Samples are a view of the step's host buffer, which the next step overwrites.
+                self._held[chunk.request_id] = dataclasses.replace(chunk, samples=chunk.samples.copy())
+                continue
             if chunk.finish_reason is not None:
                 del self._owners[chunk.request_id]
             items.append((channel, chunk.request_id, chunk))
         self._hand_off(items)
+
+    def _hold_first_chunks(self) -> bool:
+        """Whether the next step is due to admit more than first_chunk_hold_positions prompt positions, counting
+        requests submitted but not yet queued (a burst's later arrivals land during the step that admits its first)."""
+        limit = self.config.first_chunk_hold_positions
+        if not limit:
+            return False
+        with self._cond:
+            arriving = [command.seq.num_prompt for command in self._commands if isinstance(command, Add)]
+        return self.core.admission_ahead(arriving) > limit
 
     def _hand_off(self, items: list[tuple[Channel, str, Item]]) -> None:
         """One deliver() per channel for all of `items`; a channel nobody reads loses its requests."""
@@ -253,6 +276,7 @@ class EngineLoop:
                 for request_id, _ in batch:
                     self.core.abort(request_id)
                     self._owners.pop(request_id, None)
+                    self._held.pop(request_id, None)
 
     def shut_down(self, error: EngineError) -> None:
         """Refuse new commands; fail queued ones and every open request with `error`."""
@@ -271,4 +295,5 @@ class EngineLoop:
                 command.reply(EngineError(str(error)))
         endings.extend((channel, request_id, EngineError(str(error))) for request_id, channel in self._owners.items())
         self._owners.clear()
+        self._held.clear()
         self._hand_off(endings)

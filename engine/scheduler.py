@@ -71,6 +71,18 @@ class Scheduler:
         """True when schedule() would return a non-empty batch."""
         return self.num_running > 0 or self._can_admit_head(self.max_prefill_tokens)
 
+    def admission_ahead(self, arriving: list[int]) -> int:
+        """Prompt positions the next schedule() would admit, at most, if prompts of `arriving` positions joined the
+        queue now: the queue's head run, then theirs, within the free slots and the prefill budget (KV blocks and
+        pacing not counted: an upper bound)."""
+        prompts = [seq.num_prompt for seq in self.waiting] + arriving
+        admitted = 0
+        for positions in prompts[: len(self.free_slots)]:
+            if admitted and admitted + positions > self.max_prefill_tokens:
+                break
+            admitted += positions
+        return admitted
+
     def schedule(self) -> list[Sequence]:
         """The next step's batch: every running request (one decode position each), then admissions."""
         batch = [seq for seq in self.running if seq.status is SequenceStatus.RUNNING]

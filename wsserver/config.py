@@ -61,6 +61,10 @@ class ServerConfig:
     # ms (each at 0.14 s of audio) and never at 5/150, whose first frames also came sooner (p50 330 ms, not 416).
     coalesce_ms: float = 5.0
     coalesce_max_ms: float = 150.0
+    # A stream's first chunk waits for its second while the next engine step is due to admit more than this many
+    # prompt positions (EngineConfig): such a step (~30 us a position on an H100 at batch) outlasts the 160 ms a
+    # stream that has just started holds. Off in the engine's own defaults: its in-process callers need not play.
+    first_chunk_hold_positions: int = 1024
     fp8_gemms: bool = False  # VoxCPM: the LocDiT's GEMMs in FP8 (EngineConfig)
     pace_admissions: bool = False  # admit only what the playing streams' buffered audio can spare (EngineConfig)
     pacing_margin_ms: float = 50.0  # audio a stream keeps in hand when admissions are paced (EngineConfig)
@@ -118,6 +122,7 @@ class ServerConfig:
             max_patches=self.max_patches,
             coalesce_ms=self.coalesce_ms,
             coalesce_max_ms=self.coalesce_max_ms,
+            first_chunk_hold_positions=self.first_chunk_hold_positions,
             fp8_gemms=self.fp8_gemms,
             pace_admissions=self.pace_admissions,
             pacing_margin_ms=self.pacing_margin_ms,
@@ -174,6 +179,12 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("max-patches", int, defaults.max_patches, "cap on generated patches per segment")
     option("coalesce-ms", float, defaults.coalesce_ms, "idle engine: admit a burst once nothing arrived for this long")
     option("coalesce-max-ms", float, defaults.coalesce_max_ms, "idle engine: the longest the first arrival waits")
+    option(
+        "first-chunk-hold-positions",
+        int,
+        defaults.first_chunk_hold_positions,
+        "a stream's first chunk waits for its second while the next step admits more prompt positions (0: never)",
+    )
     option("fp8-gemms", _switch, defaults.fp8_gemms, "on: VoxCPM's LocDiT GEMMs in FP8 (faster; stated drift)")
     option("pace-admissions", _switch, defaults.pace_admissions, "on: a step admits what playing streams can spare")
     option("pacing-margin-ms", float, defaults.pacing_margin_ms, "paced admissions: audio each stream keeps in hand")
@@ -210,6 +221,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         loras = tuple(parse_specs(args.lora))
     except SourceError as exc:
         parser.error(f"--lora: {exc}")
+    if args.first_chunk_hold_positions < 0:
+        parser.error("--first-chunk-hold-positions must be >= 0")
     if not 0 <= args.coalesce_ms <= args.coalesce_max_ms:
         parser.error("--coalesce-ms must be >= 0 and at most --coalesce-max-ms")
     if args.pacing_margin_ms < 0 or args.pacing_max_hold_ms < 0:
@@ -237,6 +250,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         max_patches=args.max_patches,
         coalesce_ms=args.coalesce_ms,
         coalesce_max_ms=args.coalesce_max_ms,
+        first_chunk_hold_positions=args.first_chunk_hold_positions,
         fp8_gemms=args.fp8_gemms,
         pace_admissions=args.pace_admissions,
         pacing_margin_ms=args.pacing_margin_ms,

@@ -103,3 +103,11 @@ def test_fp8_gemms_flag_reaches_the_engine() -> None:
     assert not parse_args([], {}).engine_config("m", "cpu", ()).fp8_gemms
     assert parse_args(["--fp8-gemms", "on"], {}).engine_config("m", "cpu", ()).fp8_gemms
     assert parse_args([], {"TTSWS_FP8_GEMMS": "on"}).fp8_gemms
+
+
+def test_first_chunk_hold_flag() -> None:
+    assert parse_args([], {}).engine_config("m", "cpu", ()).first_chunk_hold_positions == 1024
+    config = parse_args(["--first-chunk-hold-positions", "0"], {})
+    assert config.engine_config("m", "cpu", ()).first_chunk_hold_positions == 0
+    with pytest.raises(SystemExit):
+        parse_args(["--first-chunk-hold-positions", "-1"], {})

@@ -1,0 +1,109 @@
+"""EngineLoop's first-chunk hold (EngineConfig.first_chunk_hold_positions), driven step by step from the test thread
+(standing in for the loop's own): a first chunk waits for the second while a large admission is due, including
+arrivals submitted but not yet queued; it is handed over in order, unchanged; an abort drops it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.engine_core import EngineCore
+from engine.engine_loop import Abort, Add, EngineLoop, Item
+from engine.outputs import AudioChunk
+from engine.params import GenerationParams, GenerationRequest
+from tests.engine.helpers import engine_config
+
+
+class Recorder:
+    """A channel that keeps every delivery (one list per step)."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[list[tuple[str, Item]]] = []
+
+    def deliver(self, items: list[tuple[str, Item]]) -> bool:
+        self.deliveries.append(list(items))
+        return True
+
+    def chunks(self, request_id: str) -> list[AudioChunk]:
+        return [item for batch in self.deliveries for rid, item in batch if rid == request_id and item is not None]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_checkpoint: Callable[..., Path]) -> Path:
+    return tiny_checkpoint("voxcpm2", stop=False)
+
+
+def _loop(checkpoint: Path, hold: int) -> EngineLoop:
+    return EngineLoop(EngineCore(engine_config(checkpoint, first_chunk_hold_positions=hold)))
+
+
+def _submit(loop: EngineLoop, channel: Recorder, request_id: str, seed: int) -> None:
+    params = GenerationParams(seed=seed, max_patches=3)
+    seq = loop.core.make_sequence(GenerationRequest(text="hello there", params=params, request_id=request_id))
+    loop.submit(Add(seq, channel))
+
+
+def _step(loop: EngineLoop, arrivals: Callable[[], None] = lambda: None) -> None:
+    """One turn of the loop: queued commands, a step, then (after `arrivals` submit more) the delivery."""
+    loop._run_commands()
+    chunks = loop.core.step()
+    arrivals()
+    loop._deliver(chunks)
+
+
+def _burst(loop: EngineLoop, channel: Recorder) -> None:
+    """r1 alone in the first step; r2 arrives during it (submitted, not yet queued when r1's first chunk is out)."""
+    _submit(loop, channel, "r1", 1)
+    _step(loop, lambda: _submit(loop, channel, "r2", 2))
+    while loop.core.has_work() or loop._commands:
+        _step(loop)
+
+
+def test_a_first_chunk_waits_while_a_large_admission_is_due(checkpoint: Path) -> None:
+    channel = Recorder()
+    loop = _loop(checkpoint, hold=1)  # any admission ahead holds
+    _burst(loop, channel)
+    # Nothing was handed over after the first step: r1's first chunk was held, r2 being due in the next step.
+    assert [(rid, item.index) for rid, item in channel.deliveries[0]] == [("r1", 0), ("r1", 1), ("r2", 0)]
+    assert [c.index for c in channel.chunks("r1")] == [0, 1, 2] and [c.index for c in channel.chunks("r2")] == [0, 1, 2]
+    assert loop._held == {}
+    # The held chunk is the chunk as made (its samples copied out of the step's buffer before the next step).
+    reference = Recorder()
+    _burst(_loop(checkpoint, hold=0), reference)
+    assert [(rid, item.index) for rid, item in reference.deliveries[0]] == [("r1", 0)]  # without it, at once
+    for request_id in ("r1", "r2"):
+        for got, want in zip(channel.chunks(request_id), reference.chunks(request_id), strict=True):
+            np.testing.assert_array_equal(got.samples, want.samples)
+
+
+def test_a_small_admission_ahead_holds_nothing(checkpoint: Path) -> None:
+    channel = Recorder()
+    loop = _loop(checkpoint, hold=10_000)
+    _burst(loop, channel)
+    assert [(rid, item.index) for rid, item in channel.deliveries[0]] == [("r1", 0)]
+
+
+def test_an_abort_drops_a_held_chunk(checkpoint: Path) -> None:
+    channel = Recorder()
+    loop = _loop(checkpoint, hold=1)
+    _submit(loop, channel, "r1", 1)
+    _step(loop, lambda: _submit(loop, channel, "r2", 2))
+    assert "r1" in loop._held
+    loop.submit(Abort("r1"))
+    while loop.core.has_work() or loop._commands:
+        _step(loop)
+    assert loop._held == {}
+    assert ("r1", None) in [entry for batch in channel.deliveries for entry in batch]  # its end, no audio
+    assert channel.chunks("r1") == []
+    assert [c.index for c in channel.chunks("r2")] == [0, 1, 2]
+
+
+def test_admission_ahead_counts_the_queue_then_arrivals_within_slots_and_budget(checkpoint: Path) -> None:
+    core = EngineCore(engine_config(checkpoint, max_num_seqs=2, max_prefill_tokens=100))
+    assert core.admission_ahead([]) == 0
+    assert core.admission_ahead([30, 40, 50]) == 70  # two free slots
+    assert core.admission_ahead([80, 40]) == 80  # the budget stops the second
+    assert core.admission_ahead([150]) == 150  # a prompt longer than the budget goes in alone
