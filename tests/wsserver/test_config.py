@@ -106,8 +106,8 @@ def test_fp8_gemms_flag_reaches_the_engine() -> None:
 
 
 def test_first_chunk_hold_flag() -> None:
-    assert parse_args([], {}).engine_config("m", "cpu", ()).first_chunk_hold_positions == 1024
-    config = parse_args(["--first-chunk-hold-positions", "0"], {})
-    assert config.engine_config("m", "cpu", ()).first_chunk_hold_positions == 0
+    assert parse_args([], {}).engine_config("m", "cpu", ()).first_chunk_hold_positions == 0
+    config = parse_args(["--first-chunk-hold-positions", "1024"], {})
+    assert config.engine_config("m", "cpu", ()).first_chunk_hold_positions == 1024
     with pytest.raises(SystemExit):
         parse_args(["--first-chunk-hold-positions", "-1"], {})
