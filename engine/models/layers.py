@@ -25,9 +25,10 @@ class RMSNorm(nn.Module):
         return kernels.add_rms_norm(x, update, self.weight, self.eps)
 
 
-# Below this many input rows an Fp8Linear multiplies in the model dtype: at one VoxCPM2 stream (44 LocDiT rows) the
-# quantising launches cost more than the FP8 GEMM saves (RTF 0.065 against 0.059 on the H100, fp8 throughout), and
-# at batch FP8 wins (xRT +16 % at 256 and 512 streams). Read at call time, so that tests can move it.
+# Below this many input rows an Fp8Linear multiplies in the model dtype: at one VoxCPM2 stream (22 LocDiT rows, 2
+# guidance rows of 11 positions) the quantising launches cost more than the FP8 GEMM saves (RTF 0.065 against 0.059
+# on the H100, FP8 throughout), and at batch FP8 wins (xRT +16 % at 256 and 512 streams). Read at call time, so that
+# tests can move it.
 FP8_MIN_ROWS = 512
 
 
