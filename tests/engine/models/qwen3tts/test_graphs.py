@@ -58,6 +58,13 @@ BETWEEN: Schedule = [
 ]
 BETWEEN_ROWS = [3, 3, 5, 5, 7, 6, 6]
 
+# fp32 on the CPU: padding a step changes its GEMMs' row counts, and a CPU BLAS may block (and sum) them differently:
+# a few ulps per GEMM, which the random codec decoder grows to 6e-5 in audio clipped to [-1, 1] on an AMD EPYC (AVX2),
+# where the CI machine gave identical bits. A plumbing fault (a wrong row, slot or position) is off by far more.
+# The slots' state (KV, codec decoder context) moved there by up to 2.5e-4 of an element's value; per slot or block,
+# 4.5e-6 in norm.
+BLOCKING_AUDIO_ATOL, BLOCKING_STATE_REL = 5e-4, 1e-4
+
 
 def _run(core: EngineCore, schedule: Schedule) -> tuple[Chunks, list[int]]:
     """Drive the schedule; returns the chunks and the rows of every step."""
@@ -130,7 +137,7 @@ def test_graph_plumbing_on_cpu(qwen_checkpoint, monkeypatch: pytest.MonkeyPatch,
         assert seen == rows
         results.append(chunks)
     assert replays == [("frame", cuda_graphs.smallest_fit([1, 2, 4, 8], n)) for n in rows]
-    _assert_same(*results, audio_atol=0.0 if schedule is BUCKETED else 1e-5)
+    _assert_same(*results, audio_atol=0.0 if schedule is BUCKETED else BLOCKING_AUDIO_ATOL)
 
 
 def test_scratch_rows_touch_no_request_state(qwen_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,9 +157,9 @@ def test_scratch_rows_touch_no_request_state(qwen_checkpoint, monkeypatch: pytes
         _restore(runner, before)
         _graphed_on_cpu(core, monkeypatch)
         padded = runner._step(inputs)[:3].clone()
-    np.testing.assert_allclose(padded.numpy(), unpadded.numpy(), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(padded.numpy(), unpadded.numpy(), rtol=0, atol=BLOCKING_AUDIO_ATOL)  # codes, audio
     assert torch.equal(padded[:, :16], unpadded[:, :16])
-    _assert_same_state(runner, after_unpadded, _state(runner), atol=1e-5)
+    _assert_same_state(runner, after_unpadded, _state(runner), blocking=True)
 
 
 def test_prefill_graph_plumbing_on_cpu(qwen_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,7 +185,7 @@ def test_prefill_graph_plumbing_on_cpu(qwen_checkpoint, monkeypatch: pytest.Monk
         results.append(chunks)
     # BETWEEN admits 3, 2, 1 and 3 requests of about 25 prompt rows each; the long one runs eagerly.
     assert [key for name, key in replays if name == "prefill"] == [(128, 4), (64, 2), (64, 1), (128, 4)]
-    _assert_same(*results, audio_atol=1e-5)
+    _assert_same(*results, audio_atol=BLOCKING_AUDIO_ATOL)
 
 
 def test_packed_prefill_padding_is_inert(qwen_checkpoint) -> None:
@@ -231,13 +238,17 @@ def _restore(runner: Qwen3Runner, saved: list[torch.Tensor]) -> None:
         t.copy_(s)
 
 
-def _assert_same_state(runner: Qwen3Runner, a: list[torch.Tensor], b: list[torch.Tensor], atol: float = 0.0) -> None:
-    """Equal (bit for bit unless atol) in every slot but the scratch one and every KV block but the scratch block."""
+def _assert_same_state(
+    runner: Qwen3Runner, a: list[torch.Tensor], b: list[torch.Tensor], blocking: bool = False
+) -> None:
+    """Equal (bit for bit, or up to CPU GEMM blocking) in every slot but the scratch one and every KV block but the
+    scratch block."""
     slots = runner.scratch_slot + 1
     for x, y in zip(a, b, strict=True):
         cut = runner.scratch_slot if x.shape[0] == slots else runner.scratch_block
-        if atol and x.is_floating_point():
-            torch.testing.assert_close(x[:cut], y[:cut], rtol=0, atol=atol)
+        if blocking and x.is_floating_point():
+            moved = (x[:cut] - y[:cut]).flatten(1).norm(dim=1) / y[:cut].flatten(1).norm(dim=1).clamp_min(1e-12)
+            assert float(moved.max()) < BLOCKING_STATE_REL, moved
         else:
             assert torch.equal(_bits(x[:cut]), _bits(y[:cut]))
 
