@@ -11,7 +11,8 @@ context of one to three sentences and ends in one of these ways, drawn at random
 - `slow_reader`: reads one message every --slow-read-ms (its segment pauses in the engine, back-pressure), to the end.
 
 Before the first round and after each round, once the server is idle again (no session, context, queued segment or
-engine request left, waited for up to --settle-s), it samples the server's whole process tree (the supervisor, its
+engine request left, waited for up to --settle-s) and has rested --rest-s more (an engine gives its freed heap back
+to the OS after idling a second: engine.heap), it samples the server's whole process tree (the supervisor, its
 engine and worker processes): RSS, processes, threads and open file descriptors (/proc); and from /status the
 engine's free KV blocks and the queue (contexts generating and queued). One JSON line per sample. Then SIGTERM, and
 the server must exit 0 within its drain timeout.
@@ -169,11 +170,13 @@ def idle(status: dict[str, Any]) -> bool:
     )
 
 
-async def sample(base: str, pid: int, settle_s: float, sessions: int) -> dict[str, Any]:
-    """The server's figures once it is idle (or after `settle_s`, idle or not: then the run fails)."""
+async def sample(base: str, pid: int, settle_s: float, rest_s: float, sessions: int) -> dict[str, Any]:
+    """The server's figures once it is idle and has rested `rest_s` (or after `settle_s`, idle or not: then the run
+    fails)."""
     deadline = time.monotonic() + settle_s
     while not idle(status := await asyncio.to_thread(get_json, base + "/status")) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
+    await asyncio.sleep(rest_s)
     return {
         "sessions": sessions,
         "idle": idle(status),
@@ -238,7 +241,7 @@ async def soak(args: argparse.Namespace, base: str, pid: int) -> list[dict[str, 
             except (OSError, ConnectionClosed, RuntimeError, TimeoutError) as exc:
                 failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + 1
 
-    samples = [await sample(base, pid, args.settle_s, 0)]
+    samples = [await sample(base, pid, args.settle_s, args.rest_s, 0)]
     print(orjson.dumps(samples[-1]).decode(), flush=True)
     done = 0
     while done < args.sessions:
@@ -246,7 +249,7 @@ async def soak(args: argparse.Namespace, base: str, pid: int) -> list[dict[str, 
         started = time.monotonic()
         await asyncio.gather(*(one(make_plan(rng)) for _ in range(count)))
         done += count
-        samples.append(await sample(base, pid, args.settle_s, done))
+        samples.append(await sample(base, pid, args.settle_s, args.rest_s, done))
         line = samples[-1] | {"round_s": round(time.monotonic() - started, 1), "failures": failures, "endings": endings}
         print(orjson.dumps(line).decode(), flush=True)
     return samples
@@ -318,6 +321,7 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--slow-read-ms", type=float, default=50.0, help="a slow reader's pause between messages")
     parser.add_argument("--settle-s", type=float, default=30.0, help="how long a round may take to go idle")
+    parser.add_argument("--rest-s", type=float, default=2.0, help="idle this long before a sample (engine.heap)")
     parser.add_argument("--rss-tolerance", type=float, default=0.05, help="RSS after / first-half plateau - 1")
     parser.add_argument("--drain-timeout-s", type=float, default=10.0, help="the server's; SIGTERM must end it")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="for the server process")

@@ -14,6 +14,8 @@ engine process (engine.process). It owns the EngineCore; everything else reaches
   chunk is held back and handed over with its second (EngineConfig says why); an abort drops it.
 - Back-pressure is the consumer's: it sends `Pause` when it lags `max_buffered_chunks` behind and `Resume` once it
   caught up by half (engine.streams). A paused request keeps its KV blocks and slot but is not stepped.
+- Once idle for `HEAP_TRIM_IDLE_S` after a step, the loop gives the host heap's freed memory back to the OS
+  (engine.heap), outside the lock, so neither a step nor a submitter waits for it.
 - A failure of the core fails every open request (and every queued command) with an EngineError; so does `stop()`.
 """
 
@@ -31,12 +33,15 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.engine_core import EngineCore
+from engine.heap import trim_heap
 from engine.lora.format import Adapter
 from engine.outputs import AudioChunk, EngineError, EngineStats
 from engine.params import GenerationParams, GenerationRequest
 from engine.sequence import Sequence
 
 logger = logging.getLogger(__name__)
+
+HEAP_TRIM_IDLE_S = 1.0  # idle this long after a step before the heap is trimmed: a trim can take tens of ms
 
 # What a channel delivers for one request: a chunk, None (cancelled), or the error that ends it.
 Item = AudioChunk | EngineError | None
@@ -113,6 +118,7 @@ class EngineLoop:
         self._last_add = 0.0  # guarded by _cond: time.monotonic() of the newest Add
         self._owners: dict[str, Channel] = {}  # loop thread only: the channel of every open request
         self._held: dict[str, AudioChunk] = {}  # loop thread only: first chunks held back (first_chunk_hold_positions)
+        self._stepped_since_trim = False  # loop thread only
         self._stats: EngineStats = core.stats()  # replaced (never mutated) by the loop thread
 
     def stats(self) -> EngineStats:
@@ -148,6 +154,7 @@ class EngineLoop:
                 self._run_commands()
                 if self.core.has_work():
                     self._deliver(self.core.step())
+                    self._stepped_since_trim = True
                 self._stats = self.core.stats()
         except EngineError as exc:
             logger.exception("engine failed")
@@ -165,6 +172,7 @@ class EngineLoop:
         while self.core.has_work():
             self.core.step()
         self._stats = self.core.stats()
+        self._stepped_since_trim = True  # loading and warming up left freed buffers behind too
 
     def _wait_for_work(self) -> bool:
         """Block while idle; after idling, wait for the rest of a burst (module docstring). False: stop."""
@@ -172,7 +180,15 @@ class EngineLoop:
             if self.core.has_work():
                 return not self._stopping
             while not self._commands and not self._stopping:
-                self._cond.wait()
+                if not self._stepped_since_trim:
+                    self._cond.wait()
+                elif not self._cond.wait(HEAP_TRIM_IDLE_S):
+                    self._stepped_since_trim = False
+                    self._cond.release()  # submitters must not wait for the trim
+                    try:
+                        trim_heap()
+                    finally:
+                        self._cond.acquire()
             if any(isinstance(command, Add) for command in self._commands):
                 cap = time.monotonic() + self.config.coalesce_max_ms / 1e3
                 while not self._stopping:

@@ -1,15 +1,19 @@
 """EngineLoop's first-chunk hold (EngineConfig.first_chunk_hold_positions), driven step by step from the test thread
 (standing in for the loop's own): a first chunk waits for the second while a large admission is due, including
-arrivals submitted but not yet queued; it is handed over in order, unchanged; an abort drops it."""
+arrivals submitted but not yet queued; it is handed over in order, unchanged; an abort drops it. And the loop on its
+own thread: it trims the heap once per idle spell that follows steps, never while it has work."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from engine import engine_loop
 from engine.engine_core import EngineCore
 from engine.engine_loop import Abort, Add, EngineLoop, Item
 from engine.outputs import AudioChunk
@@ -107,3 +111,30 @@ def test_admission_ahead_counts_the_queue_then_arrivals_within_slots_and_budget(
     assert core.admission_ahead([30, 40, 50]) == 70  # two free slots
     assert core.admission_ahead([80, 40]) == 80  # the budget stops the second
     assert core.admission_ahead([150]) == 150  # a prompt longer than the budget goes in alone
+
+
+def test_an_idle_loop_trims_the_heap_once_after_warm_up_and_after_each_busy_spell(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trims: list[bool] = []  # per trim: whether the core had work then
+    monkeypatch.setattr(engine_loop, "HEAP_TRIM_IDLE_S", 0.05)
+    loop = _loop(checkpoint, hold=0)
+    monkeypatch.setattr(engine_loop, "trim_heap", lambda: trims.append(loop.core.has_work()) or True)
+    channel = Recorder()
+    ready = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(lambda error: ready.set(),))
+    thread.start()
+    try:
+        assert ready.wait(60)
+        time.sleep(0.3)
+        assert trims == [False]  # after warm-up, once however long it idles
+        _submit(loop, channel, "r1", 1)
+        deadline = time.monotonic() + 60
+        while not any(chunk.finish_reason for chunk in channel.chunks("r1")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        assert len(channel.chunks("r1")) == 3
+        assert trims == [False, False]
+    finally:
+        loop.stop()
+        thread.join(10)
