@@ -90,12 +90,21 @@ def quantize_rows_torch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (xf / scale).to(FP8), scale
 
 
+def _quantize_last_dim(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_rows_torch over y's last dim, keeping its leading dims on the e4m3 rows and the scales."""
+    q, scale = quantize_rows_torch(y.reshape(-1, y.shape[-1]))
+    return q.view(y.shape), scale.view(*y.shape[:-1], 1)
+
+
 def silu_mul_fp8_torch(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """silu_mul (rounded to the model dtype, as the bf16 path feeds the down projection) then quantize_rows; the
     leading dims of gate_up are kept on the e4m3 rows and the scales."""
-    act = silu_mul_torch(gate_up)
-    q, scale = quantize_rows_torch(act.reshape(-1, act.shape[-1]))
-    return q.view(act.shape), scale.view(*act.shape[:-1], 1)
+    return _quantize_last_dim(silu_mul_torch(gate_up))
+
+
+def rms_norm_fp8_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """rms_norm_torch (rounded to x's dtype, as the model-dtype path feeds the next GEMM) then quantize_rows."""
+    return _quantize_last_dim(rms_norm_torch(x, weight, eps))
 
 
 def scaled_mm_torch(
@@ -273,6 +282,27 @@ def add_rms_norm(
         return triton_ops.add_rms_norm(x, update, weight, eps)
     summed = x + update
     return summed, rms_norm_torch(summed, weight, eps)
+
+
+def rms_norm_fp8(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """See rms_norm_fp8_torch: the e4m3 rows and scales an Fp8Linear reads, without the normed rows' round trip."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.rms_norm_fp8(x, weight, eps)
+    return rms_norm_fp8_torch(x, weight, eps)
+
+
+def add_rms_norm_fp8(
+    x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x + update, then rms_norm_fp8 of it as (e4m3 rows, scales)) in one pass."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.add_rms_norm_fp8(x, update, weight, eps)
+    summed = x + update
+    return summed, *rms_norm_fp8_torch(summed, weight, eps)
 
 
 def rope_qk(

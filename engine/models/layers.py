@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -9,19 +11,37 @@ from torch import nn
 from engine import kernels
 
 
+@dataclass(frozen=True, slots=True)
+class Fp8Rows:
+    """Activations already quantised per row for an Fp8Linear by the kernel that made them (an RMSNorm): q [..., K]
+    e4m3, scale [..., 1] fp32. Saves the GEMM's input a model-dtype round trip through memory and a pass."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
+
+
 class RMSNorm(nn.Module):
-    """RMSNorm as MiniCPM4 and Qwen3 define it: normalise in fp32, round to the input dtype, then scale."""
+    """RMSNorm as MiniCPM4 and Qwen3 define it: normalise in fp32, round to the input dtype, then scale.
+
+    With `fp8`, the output is the same rows quantised for an Fp8Linear (`Fp8Rows`), in the same kernel."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, fp8: bool = False) -> torch.Tensor | Fp8Rows:
+        if fp8:
+            return Fp8Rows(*kernels.rms_norm_fp8(x, self.weight, self.eps))
         return kernels.rms_norm(x, self.weight, self.eps)
 
-    def add_forward(self, x: torch.Tensor, update: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def add_forward(
+        self, x: torch.Tensor, update: torch.Tensor, fp8: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | Fp8Rows]:
         """(x + update, norm(x + update)) in one pass."""
+        if fp8:
+            summed, q, scale = kernels.add_rms_norm_fp8(x, update, self.weight, self.eps)
+            return summed, Fp8Rows(q, scale)
         return kernels.add_rms_norm(x, update, self.weight, self.eps)
 
 
@@ -61,7 +81,9 @@ class Fp8Linear(nn.Linear):
         self.weight, self.bias = base.weight, base.bias
         self.fp8 = Fp8Weight(base.weight)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor:
+        if isinstance(x, Fp8Rows):
+            return self.forward_fp8(x.q, x.scale)
         return linear(x, self.weight, self.bias, self.fp8)
 
     def takes_fp8(self, x: torch.Tensor) -> bool:
@@ -71,6 +93,12 @@ class Fp8Linear(nn.Linear):
     def forward_fp8(self, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         """The product for rows already quantised: q [..., in] e4m3 with scale [..., 1]."""
         return kernels.fp8_matmul(q, scale, self.fp8.weight, self.fp8.scale, self.bias, self.weight.dtype)
+
+
+def takes_fp8(consumer: nn.Module | None, x: torch.Tensor) -> bool:
+    """Whether `consumer` is an Fp8Linear (not wrapped, e.g. by LoRA, whose adapter needs x itself) that multiplies
+    rows like x in FP8: their producer then hands it `Fp8Rows`."""
+    return type(consumer) is Fp8Linear and consumer.takes_fp8(x)
 
 
 def use_fp8_(module: nn.Module, names: tuple[str, ...]) -> None:

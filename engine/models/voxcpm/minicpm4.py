@@ -19,7 +19,7 @@ from torch import nn
 from engine import kernels
 from engine.attention import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
-from engine.models.layers import Fp8Linear, RMSNorm
+from engine.models.layers import Fp8Rows, RMSNorm, takes_fp8
 from engine.models.voxcpm.config import MiniCPM4Config
 
 
@@ -76,15 +76,16 @@ class Attention(nn.Module):
 
     def forward(
         self,
-        x: torch.Tensor,
+        x: torch.Tensor | Fp8Rows,
         rope: tuple[torch.Tensor, torch.Tensor] | None,
         attn: AttentionMetadata | None,
         keep: int | None = None,
     ) -> torch.Tensor:
         """Causal over the KV pool if `attn` is given (x [N, hidden]), else bidirectional per row (x [B, S, hidden]);
         `keep` (bidirectional): the output of only the last `keep` positions of each row, which attend to all."""
-        lead = x.shape[:-1]
-        q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
+        qkv = self.qkv_proj(x)
+        lead = qkv.shape[:-1]
+        q, k, v = qkv.split(self.split, dim=-1)
         q = q.view(*lead, self.num_heads, self.head_dim)
         k = k.view(*lead, self.num_kv_heads, self.head_dim)
         v = v.view(*lead, self.num_kv_heads, self.head_dim)
@@ -105,10 +106,10 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
         down = self.down_proj
-        if type(down) is Fp8Linear and down.takes_fp8(x):  # SiLU*mul writes the e4m3 rows the down GEMM reads
+        if takes_fp8(down, gate_up):  # SiLU*mul writes the e4m3 rows the down GEMM reads
             return down.forward_fp8(*kernels.silu_mul_fp8(gate_up))
         return down(kernels.silu_mul(gate_up))
 
@@ -129,20 +130,22 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        normed: torch.Tensor,
+        normed: torch.Tensor | Fp8Rows,
         rope: tuple[torch.Tensor, torch.Tensor] | None,
         attn: AttentionMetadata | None,
         next_norm: RMSNorm,
+        next_fp8: bool,
         keep: int | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor | Fp8Rows]:
         """x: the residual stream; normed: input_layernorm(x), computed by the previous layer's last add.
-        Returns the new residual stream and `next_norm` of it: each residual add is fused with the norm after.
+        Returns the new residual stream and `next_norm` of it (as Fp8Rows if `next_fp8`): each residual add is fused
+        with the norm after, and a norm whose GEMM runs in FP8 writes its e4m3 rows directly.
         `keep` (bidirectional): return only each row's last `keep` positions (all of them still attended to)."""
         update = self._scaled(self.self_attn(normed, rope, attn, keep))
         if keep is not None:
             x = x[:, -keep:].contiguous()
-        x, h = self.post_attention_layernorm.add_forward(x, update)
-        return next_norm.add_forward(x, self._scaled(self.mlp(h)))
+        x, h = self.post_attention_layernorm.add_forward(x, update, takes_fp8(self.mlp.gate_up_proj, x))
+        return next_norm.add_forward(x, self._scaled(self.mlp(h)), next_fp8)
 
 
 class MiniCPM4(nn.Module):
@@ -175,8 +178,11 @@ class MiniCPM4(nn.Module):
                 cos, sin = self.rope.cos[positions], self.rope.sin[positions]
             rope = (cos.unsqueeze(-2), sin.unsqueeze(-2))
         norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
-        normed = self.layers[0].input_layernorm(x)
+        # What reads each norm's output: the next layer's qkv GEMM, and for the final norm the caller (model dtype).
+        readers = [layer.self_attn.qkv_proj for layer in self.layers[1:]] + [None]
+        normed = self.layers[0].input_layernorm(x, takes_fp8(self.layers[0].self_attn.qkv_proj, x))
         last = len(self.layers) - 1
-        for i, (layer, next_norm) in enumerate(zip(self.layers, norms, strict=True)):
-            x, normed = layer(x, normed, rope, attn, next_norm, keep if i == last else None)
+        for i, (layer, next_norm, reader) in enumerate(zip(self.layers, norms, readers, strict=True)):
+            x, normed = layer(x, normed, rope, attn, next_norm, takes_fp8(reader, x), keep if i == last else None)
+        assert isinstance(normed, torch.Tensor)  # the final norm's reader is not an Fp8Linear
         return normed

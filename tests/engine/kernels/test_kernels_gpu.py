@@ -404,6 +404,26 @@ def test_quantize_rows(dtype: torch.dtype, shape: tuple[int, int]) -> None:
     _assert_fp8_rows(*triton_ops.quantize_rows(x), kernels.quantize_rows_torch(x))
 
 
+@pytest.mark.parametrize("shape", [(1, 1024), (6, 11, 1024), (11264, 1024), (9, 48)])
+def test_rms_norm_fp8_and_add_rms_norm_fp8(shape: tuple[int, ...]) -> None:
+    """The norms that feed FP8 GEMMs write the e4m3 rows and scales that quantising their bf16 output gives (whose
+    closeness to the twin test_rms_norm_and_add_rms_norm checks), and the same bf16 sum."""
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 3
+    update = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    weight = torch.rand(shape[-1], device="cuda", dtype=torch.bfloat16) + 0.5
+    x[(0,) * (x.dim() - 1)] = 0  # an all-zero row: the smallest scale, zeros
+    update[(0,) * (x.dim() - 1)] = 0
+    summed, normed = triton_ops.add_rms_norm(x, update, weight, 1e-5)
+    fused_sum, *fused = triton_ops.add_rms_norm_fp8(x, update, weight, 1e-5)
+    assert torch.equal(fused_sum, summed)
+    for (q, scale), bf16 in (
+        (triton_ops.rms_norm_fp8(x, weight, 1e-5), triton_ops.rms_norm(x, weight, 1e-5)),
+        (fused, normed),
+    ):
+        assert q.shape == shape and scale.shape == (*shape[:-1], 1)
+        _assert_fp8_rows(q.flatten(0, -2), scale.flatten(0, -2), kernels.quantize_rows_torch(bf16.flatten(0, -2)))
+
+
 @pytest.mark.parametrize("shape", [(1, 8192), (6, 11, 8192), (9, 48)])
 def test_silu_mul_fp8(shape: tuple[int, ...]) -> None:
     gate_up = torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 3

@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from engine import kernels
 from engine.attention import get_attention_backend
 from engine.engine_core import EngineCore
 from engine.lora.linear import AdapterRows, LoRALinear, Part, Site
@@ -101,6 +102,48 @@ def test_fp8_patch_stays_close_on_cpu(variant: str) -> None:
     """The tiny fp32 model solved with FP8 GEMMs: close to fp32, and not equal (the FP8 path ran)."""
     drift = _patch_drift(_cfm(variant, "tiny", "cpu", torch.float32), rows=6)
     assert 0 < drift < 0.1, drift
+
+
+class _SelfQuantising(Fp8Linear):
+    """An Fp8Linear its producers do not recognise (takes_fp8 is False): it quantises its own input, as before the
+    norms wrote e4m3 rows."""
+
+
+@pytest.mark.usefixtures("fp8_at_any_batch")
+def test_norms_write_the_e4m3_rows_of_their_fp8_linears(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each norm whose GEMM runs in FP8 (qkv, gate/up) hands it Fp8Rows from the norm's own kernel: the same bits as
+    quantising the normed rows in a pass of their own, which is now left to the attention output alone."""
+    estimator = _cfm("voxcpm2", "tiny", "cpu", torch.float32).estimator
+    estimator.use_fp8()
+    unfused = copy.deepcopy(estimator)
+    for module in unfused.decoder.modules():
+        if type(module) is Fp8Linear:
+            module.__class__ = _SelfQuantising
+    gen = torch.Generator().manual_seed(2)
+    rows, hidden = 6, estimator.hidden
+    x = torch.randn(rows, estimator.patch_size, estimator.in_proj.in_features, generator=gen)
+    time = torch.randn(rows, hidden, generator=gen)
+    mu = torch.randn(rows // 2, estimator.mu_tokens * hidden, generator=gen)
+    cond = torch.randn(rows // 2, estimator.patch_size, estimator.in_proj.in_features, generator=gen)
+    counted = {"quantize_rows": 0, "rms_norm_fp8": 0, "add_rms_norm_fp8": 0}
+    for name in counted:
+        original = getattr(kernels, name)
+
+        def spy(*args: torch.Tensor, _name: str = name, _original: Callable = original) -> object:
+            counted[_name] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(kernels, name, spy)
+    with torch.no_grad():
+        fused = estimator(x, time, *estimator.context(mu, cond))
+        calls = dict(counted)
+        reference = unfused(x, time, *unfused.context(mu, cond))
+    torch.testing.assert_close(fused, reference, rtol=0, atol=0)
+    layers_ = len(estimator.decoder.layers)
+    # First norm, then per layer the post-attention norm and (but the last) the next layer's input norm.
+    assert calls == {"quantize_rows": layers_, "rms_norm_fp8": 1, "add_rms_norm_fp8": 2 * layers_ - 1}
+    # Unrecognised, every linear quantises its own input: qkv, o, gate/up and down (SiLU*mul's kernel no longer does).
+    assert counted["quantize_rows"] - calls["quantize_rows"] == 4 * layers_
 
 
 @pytest.mark.usefixtures("fp8_at_any_batch")
