@@ -20,6 +20,7 @@ from engine.kernels import (
     LoRARows,
     cached_attention_torch,
     causal_conv_snake_torch,
+    causal_conv_torch,
     conv_transpose_crop_torch,
     dense_attention_torch,
     guided_euler_torch_,
@@ -741,6 +742,68 @@ def causal_conv_snake(
             x, context, weight.contiguous(), bias if bias is not None else weight, alpha.contiguous(), out,
             batch * channels, length, channels, x.stride(0), x.stride(1), context.stride(0), context.stride(1),
             K=kernel, DIL=dilation, HAS_BIAS=bias is not None, ROWS=rows, BLOCK=block, num_warps=4,
+        )  # fmt: skip
+    return out
+
+
+# One program per (batch row, block of time) computes all COUT outputs, summing over every input channel and tap
+# in fp32; the context frames are read where they lie (no concatenation).
+@triton.jit(do_not_specialize=["length", "channels", "x_sb", "x_sc", "c_sb", "c_sc"])
+def _causal_conv_kernel(
+    x_ptr, ctx_ptr, w_ptr, bias_ptr, out_ptr, length, channels, x_sb, x_sc, c_sb, c_sc,
+    K: tl.constexpr, DIL: tl.constexpr, COUT: tl.constexpr, COUT_P: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    CTX: tl.constexpr = (K - 1) * DIL
+    b = tl.program_id(0).to(tl.int64)
+    t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = t < length
+    o = tl.arange(0, COUT_P)
+    acc = tl.zeros([COUT_P, BLOCK], dtype=tl.float32)
+    for c in range(0, channels):
+        x_row = x_ptr + b * x_sb + c * x_sc
+        ctx_row = ctx_ptr + b * c_sb + c * c_sc
+        for k in tl.static_range(K):
+            i = t + (k * DIL - CTX)  # input frame of tap k; frames before 0 come from the context
+            xv = tl.load(x_row + i, mask=mask & (i >= 0), other=0.0)
+            cv = tl.load(ctx_row + CTX + i, mask=mask & (i < 0), other=0.0)
+            w = tl.load(w_ptr + o * (channels * K) + c * K + k, mask=o < COUT, other=0.0).to(tl.float32)
+            acc += w[:, None] * tl.where(i >= 0, xv, cv).to(tl.float32)[None, :]
+    dtype: tl.constexpr = out_ptr.dtype.element_ty
+    y = acc.to(dtype)  # the conv's output rounding; PyTorch's cuDNN conv adds its bias in a pass of its own
+    if HAS_BIAS:
+        y = (y.to(tl.float32) + tl.load(bias_ptr + o, mask=o < COUT, other=0.0).to(tl.float32)[:, None]).to(dtype)
+    out_at = out_ptr + b * (COUT * length) + o[:, None] * length + t[None, :]
+    tl.store(out_at, y, mask=(o < COUT)[:, None] & mask[None, :])
+
+
+# Output channels the kernel covers: it recomputes nothing per channel, so its work grows with COUT * C * K.
+_MAX_CONV_OUT = 4
+
+
+def causal_conv(
+    x: torch.Tensor, context: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int
+) -> torch.Tensor:
+    batch, channels, length = x.shape
+    cout, kernel = weight.shape[0], weight.shape[-1]
+    ok = (
+        weight.shape == (cout, channels, kernel)  # groups = 1
+        and cout <= _MAX_CONV_OUT
+        and context.shape == (batch, channels, (kernel - 1) * dilation)
+        and x.stride(-1) == 1
+        and context.stride(-1) == 1
+        and all(t.dtype == x.dtype for t in (context, weight, *([bias] if bias is not None else [])))
+    )
+    if not ok:
+        return causal_conv_torch(x, context, weight, bias, dilation)
+    out = torch.empty(batch, cout, length, dtype=x.dtype, device=x.device)
+    if out.numel():
+        block = min(1024, max(16, triton.next_power_of_2(length)))
+        _causal_conv_kernel[(batch, triton.cdiv(length, block))](
+            x, context, weight.contiguous(), bias if bias is not None else weight, out,
+            length, channels, x.stride(0), x.stride(1), context.stride(0), context.stride(1),
+            K=kernel, DIL=dilation, COUT=cout, COUT_P=max(2, triton.next_power_of_2(cout)), HAS_BIAS=bias is not None,
+            BLOCK=block, num_warps=4,
         )  # fmt: skip
     return out
 

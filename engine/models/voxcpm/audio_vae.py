@@ -231,6 +231,11 @@ class CausalConv1d(WeightNormConv):
         self.stride, self.dilation, self.groups = stride, dilation, groups
 
     def forward(self, x: Tensor, stream: StreamState | None = None) -> Tensor:
+        if stream is not None and self.ctx > 0 and self.stride == 1 and self.groups == 1:
+            # Streaming: the conv reads the carried frames where they lie (the output conv, 32 channels to 1, in a
+            # fused kernel; the rest as conv1d of the concatenation, which is the twin).
+            context = self.left_context(x, stream)
+            return kernels.causal_conv(x, context, self.conv_weight(), self.bias, self.dilation)
         x = self._context(x, stream)
         return F.conv1d(x, self.conv_weight(), self.bias, self.stride, 0, self.dilation, self.groups)
 

@@ -187,6 +187,27 @@ def test_causal_conv_snake(dtype: torch.dtype, dilation: int, batch: int, channe
     assert _rel(got, exact) <= max(_rel(twin, exact), 1e-6) * 1.5
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("batch", "channels", "cout", "length"), [(3, 32, 1, 7680), (2, 5, 3, 17), (1, 8, 4, 3)])
+def test_causal_conv(dtype: torch.dtype, bias: bool, batch: int, channels: int, cout: int, length: int) -> None:
+    """The VAE's output conv (k7, a few output channels) over [context | x]: the context a strided view of a flat
+    per-slot state as in streaming, longer than x for the short case; against the twin and float64."""
+    x = torch.randn(batch, channels, length, device="cuda", dtype=dtype)
+    state = torch.randn(batch, channels * 6 + 10, device="cuda", dtype=dtype)
+    context = state[:, 10:].view(batch, channels, 6)
+    weight = torch.randn(cout, channels, 7, device="cuda", dtype=dtype) / (7 * channels) ** 0.5
+    b = torch.randn(cout, device="cuda", dtype=dtype) if bias else None
+    got = triton_ops.causal_conv(x, context, weight, b, 1)
+    twin = kernels.causal_conv_torch(x, context, weight, b, 1)
+    exact = kernels.causal_conv_torch(
+        x.double(), context.double(), weight.double(), b.double() if b is not None else None, 1
+    )
+    assert got.shape == twin.shape == (batch, cout, length) and got.is_contiguous()
+    assert _rel(got, twin) < (2e-3 if dtype == torch.float16 else 1e-5)
+    assert _rel(got, exact) <= max(_rel(twin, exact), 1e-6) * 1.5
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("seq", [1, 5, 11, 32])
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(16, 2, 128), (16, 2, 64), (4, 4, 16)])
