@@ -13,6 +13,10 @@ Two more replace library kernels that the profile showed are badly matched to ou
   applies the following Snake in its epilogue; PyTorch's generic depthwise kernel plus the `cat` and the
   separate Snake took ~17 ms.
 
+`causal_conv_transpose` keeps cuDNN's transposed conv but runs it on the block's input alone, adding the carried
+frame's part of the first samples afterwards (a small GEMM): concatenating the frame copied each VAE block's input
+(~2 ms of a B=512 VoxCPM2 step on an H100).
+
 Qwen3-TTS adds four (the code predictor's 15 passes a frame were bound by kernel count, its codec decoder by
 elementwise passes): `qk_norm_rope`, `cached_attention`, `snake_beta` and `counter_uniform` (engine.noise's hash).
 
@@ -222,6 +226,14 @@ def conv_transpose_crop_torch(
     """conv_transpose1d(x, weight, bias, stride) without its first `left` and last `right` output samples."""
     y = F.conv_transpose1d(x, weight, bias, stride)
     return y[..., left : y.shape[-1] - right]
+
+
+def causal_conv_transpose_torch(
+    x: torch.Tensor, context: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int
+) -> torch.Tensor:
+    """The streaming VAE's upsampling conv (weight [Cin, Cout, 2 * stride]) over [context | x], context [B, Cin, 1]
+    the previous call's last frame: the `stride` samples of each frame of x, [B, Cout, L * stride]."""
+    return conv_transpose_crop_torch(torch.cat((context, x), dim=-1), weight, bias, stride, stride, stride)
 
 
 def guided_euler_torch_(
@@ -469,6 +481,17 @@ def conv_transpose_crop(
 
         return triton_ops.conv_transpose_crop(x, weight, bias, stride, left, right)
     return conv_transpose_crop_torch(x, weight, bias, stride, left, right)
+
+
+def causal_conv_transpose(
+    x: torch.Tensor, context: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int
+) -> torch.Tensor:
+    """See causal_conv_transpose_torch; on CUDA without concatenating the context (see triton_ops)."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.causal_conv_transpose(x, context, weight, bias, stride)
+    return causal_conv_transpose_torch(x, context, weight, bias, stride)
 
 
 def guided_euler_(

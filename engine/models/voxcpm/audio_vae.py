@@ -253,11 +253,11 @@ class CausalConvTranspose1d(WeightNormConv):
         self.trim = 2 * math.ceil(stride / 2) - stride % 2
 
     def forward(self, x: Tensor, stream: StreamState | None = None) -> Tensor:
-        left = 0
-        if stream is not None:
-            x = self._context(x, stream)
-            left = self.ctx * self.stride
-        return kernels.conv_transpose_crop(x, self.conv_weight(), self.bias, self.stride, left, self.trim)
+        if stream is not None:  # the carried frame is not concatenated (trim == stride for kernel 2*stride)
+            return kernels.causal_conv_transpose(
+                x, self.left_context(x, stream), self.conv_weight(), self.bias, self.stride
+            )
+        return kernels.conv_transpose_crop(x, self.conv_weight(), self.bias, self.stride, 0, self.trim)
 
 
 class Snake1d(nn.Module):

@@ -50,6 +50,24 @@ def test_causal_conv_snake_twin_is_the_reference_chain() -> None:
     torch.testing.assert_close(got, kernels.snake_torch(conv, alpha), rtol=1e-5, atol=1e-5)
 
 
+def test_causal_conv_transpose_twin_is_two_taps_per_phase() -> None:
+    """Sample t*s + j of the streaming upsampling conv is bias + W[:, :, j]^T x[t] + W[:, :, j + s]^T x[t - 1], with
+    x[-1] the context frame: what the fused kernel computes, checked on the twin that CPU runs."""
+    gen = torch.Generator().manual_seed(2)
+    stride, x, context = 3, torch.randn(2, 5, 4, generator=gen), torch.randn(2, 5, 1, generator=gen)
+    weight, bias = torch.randn(5, 2, 2 * stride, generator=gen), torch.randn(2, generator=gen)
+    got = kernels.causal_conv_transpose(x, context, weight, bias, stride)
+    previous = torch.cat((context, x[..., :-1]), dim=-1)
+    phases = [
+        torch.einsum("co,bct->bot", weight[:, :, j], x)
+        + torch.einsum("co,bct->bot", weight[:, :, j + stride], previous)
+        for j in range(stride)
+    ]
+    expected = torch.stack(phases, dim=-1).flatten(-2) + bias[None, :, None]
+    assert got.shape == (2, 2, 4 * stride)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_rope_twin_rotates_pairs_half_a_head_apart() -> None:
     """x * cos + rotate_half(x) * sin, with rotate_half(x) = (-x2, x1): checked on one explicit pair."""
     q, k = torch.zeros(1, 2, 4), torch.zeros(1, 1, 4)

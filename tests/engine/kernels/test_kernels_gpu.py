@@ -142,6 +142,31 @@ def test_conv_transpose_crop(dtype: torch.dtype, bias: bool, cin: int, cout: int
     assert torch.equal(got, kernels.conv_transpose_crop_torch(x, weight, b, stride, stride, stride))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(
+    ("cin", "cout", "stride", "length"),
+    [(256, 128, 2, 960), (64, 32, 2, 3840), (512, 256, 5, 192), (192, 96, 2, 17), (6, 3, 7, 2), (1024, 512, 6, 3)],
+)
+def test_causal_conv_transpose(dtype: torch.dtype, bias: bool, cin: int, cout: int, stride: int, length: int) -> None:
+    """The streaming upsampling conv without the context's concatenation (the context frame's part of the first
+    samples added after the conv): against the twin and float64. The context is a strided view of a flat per-slot
+    state, as in streaming."""
+    x = torch.randn(3, cin, length, device="cuda", dtype=dtype)
+    context = torch.randn(3, cin + 10, device="cuda", dtype=dtype)[:, 10:].view(3, cin, 1)
+    weight = torch.randn(cin, cout, 2 * stride, device="cuda", dtype=dtype) / (2 * cin) ** 0.5
+    b = torch.randn(cout, device="cuda", dtype=dtype) if bias else None
+    with torch.backends.cudnn.flags(allow_tf32=False):  # fp32 cuDNN convs would run in TF32
+        got = triton_ops.causal_conv_transpose(x, context, weight, b, stride)
+        twin = kernels.causal_conv_transpose_torch(x, context, weight, b, stride)
+        exact = kernels.causal_conv_transpose_torch(
+            x.double(), context.double(), weight.double(), b.double() if b is not None else None, stride
+        )
+    assert got.shape == twin.shape == (3, cout, length * stride)
+    assert _rel(got, twin) < (2e-3 if dtype == torch.float16 else 1e-5)
+    assert _rel(got, exact) <= max(_rel(twin, exact), 1e-6) * 1.5
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize(("batch", "patch", "feat"), [(1, 4, 64), (512, 4, 64), (37, 2, 64), (3, 3, 5)])
 def test_guided_euler(dtype: torch.dtype, batch: int, patch: int, feat: int) -> None:
