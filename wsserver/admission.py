@@ -24,6 +24,7 @@ class SlotQueue(Generic[T]):
         self.granted = [0] * len(engine_slots)  # per engine: segments granted so far (how the routing spread them)
         self._continuing: deque[T] = deque()  # continuations, first come first served
         self._new: deque[T] = deque()  # first segments of contexts, first come first served
+        self._avoid: dict[T, int] = {}  # ticket -> an engine it must not get (the one that just failed its segment)
 
     @property
     def slots(self) -> int:
@@ -39,9 +40,14 @@ class SlotQueue(Generic[T]):
         """Tickets waiting, in the order they will be granted."""
         return [*self._continuing, *self._new]
 
-    def acquire(self, ticket: T, continuing: bool) -> int | None:
-        """Take a slot for `ticket` (the engine's index), or queue it (None)."""
-        if not self._continuing and not self._new and (engine := self._roomiest()) is not None:
+    def acquire(self, ticket: T, continuing: bool, avoid: int | None = None) -> int | None:
+        """Take a slot for `ticket` (the engine's index), or queue it (None). `avoid`: an engine not to grant it, for a
+        segment moving off an engine that died under it, which may still look healthy here for a moment (the worker
+        sees its connection drop first); granted there, the segment would fail again."""
+        if avoid is not None:
+            self._avoid[ticket] = avoid
+        # Every waiting ticket is blocked (each change grants what it can): room this one may take is nobody's turn.
+        if (engine := self._roomiest(avoid)) is not None:
             self._grant(ticket, engine)
             return engine
         (self._continuing if continuing else self._new).append(ticket)
@@ -49,6 +55,7 @@ class SlotQueue(Generic[T]):
 
     def release(self, ticket: T) -> list[tuple[T, int]]:
         """Give back `ticket`'s slot (or its place in the queue). Returns the tickets granted in consequence."""
+        self._avoid.pop(ticket, None)
         if ticket in self.holders:
             self._used[self.holders.pop(ticket)] -= 1
         elif ticket in self._continuing:
@@ -63,11 +70,18 @@ class SlotQueue(Generic[T]):
         return self._grant_waiting()
 
     def _grant_waiting(self) -> list[tuple[T, int]]:
+        """In queue order; a ticket whose only engine with room is the one it avoids keeps its place, and the tickets
+        behind it may take that room."""
         granted = []
-        while (self._continuing or self._new) and (engine := self._roomiest()) is not None:
-            ticket = (self._continuing or self._new).popleft()
-            self._grant(ticket, engine)
-            granted.append((ticket, engine))
+        for line in (self._continuing, self._new):
+            for ticket in list(line):
+                if (engine := self._roomiest(self._avoid.get(ticket))) is None:
+                    if self._roomiest() is None:
+                        return granted
+                    continue
+                line.remove(ticket)
+                self._grant(ticket, engine)
+                granted.append((ticket, engine))
         return granted
 
     def _grant(self, ticket: T, engine: int) -> None:
@@ -75,9 +89,10 @@ class SlotQueue(Generic[T]):
         self._used[engine] += 1
         self.granted[engine] += 1
 
-    def _roomiest(self) -> int | None:
+    def _roomiest(self, avoid: int | None = None) -> int | None:
         free = [capacity - used for capacity, used in zip(self.capacity, self._used, strict=True)]
-        best = max(range(len(free)), key=free.__getitem__, default=None)
+        engines = [engine for engine in range(len(free)) if engine != avoid]
+        best = max(engines, key=free.__getitem__, default=None)
         return best if best is not None and free[best] > 0 else None
 
 

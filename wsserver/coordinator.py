@@ -130,14 +130,14 @@ class Coordinator:
             seats[client] -= 1
             self.clients.free(client)
 
-    def enqueue(self, worker: WorkerPort, ticket_id: int, continuing: bool) -> None:
-        """A segment wants an engine slot: granted now (`worker.granted`), queued (`worker.position`), or refused when
-        no engine serves (`worker.refused`): a queue nobody will ever serve would hold its segment until its client
-        gave up."""
+    def enqueue(self, worker: WorkerPort, ticket_id: int, continuing: bool, avoid: int | None = None) -> None:
+        """A segment wants an engine slot (on any engine but `avoid`): granted now (`worker.granted`), queued
+        (`worker.position`), or refused when no engine serves (`worker.refused`): a queue nobody will ever serve would
+        hold its segment until its client gave up."""
         if self.failed:
             worker.refused(ticket_id)
             return
-        engine = self.queue.acquire((worker, ticket_id), continuing)
+        engine = self.queue.acquire((worker, ticket_id), continuing, avoid)
         if engine is not None:
             worker.granted(ticket_id, engine)
         else:

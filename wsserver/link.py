@@ -8,7 +8,7 @@ whose link breaks has lost every seat and slot it held: the coordinator frees th
 
 Messages, worker -> coordinator: `("seat", call_id, client)` (answered `("reply", call_id, refusal | None)`),
 `("free", client)`,
-`("queue", ticket_id, continuing)`, `("release", ticket_id)`, `("status", call_id)`, `("metrics", call_id)`,
+`("queue", ticket_id, continuing, avoid)`, `("release", ticket_id)`, `("status", call_id)`, `("metrics", call_id)`,
 `("report", call_id, WorkerReport)`; coordinator -> worker: `("granted", ticket_id, engine)`,
 `("position", ticket_id, place)`, `("refused", ticket_id)`, `("state", ready, draining)`, `("report?", call_id)`.
 """
@@ -56,11 +56,12 @@ class CoordinatorLink(abc.ABC):
     @abc.abstractmethod
     def free_seat(self, client: str) -> None: ...
 
-    def queue(self, on_position: Callable[[int], None], continuing: bool) -> SlotTicket:
-        """A ticket for an engine slot; its `granted` future gives the engine. Every ticket goes back with `release`."""
+    def queue(self, on_position: Callable[[int], None], continuing: bool, avoid: int | None = None) -> SlotTicket:
+        """A ticket for an engine slot (on any engine but `avoid`); its `granted` future gives the engine. Every
+        ticket goes back with `release`."""
         ticket = SlotTicket(next(self._ids), on_position)
         self._tickets[ticket.id] = ticket
-        self._enqueue(ticket.id, continuing)
+        self._enqueue(ticket.id, continuing, avoid)
         return ticket
 
     def release(self, ticket: SlotTicket) -> None:
@@ -69,7 +70,7 @@ class CoordinatorLink(abc.ABC):
             self._release(ticket.id)
 
     @abc.abstractmethod
-    def _enqueue(self, ticket_id: int, continuing: bool) -> None: ...
+    def _enqueue(self, ticket_id: int, continuing: bool, avoid: int | None) -> None: ...
 
     @abc.abstractmethod
     def _release(self, ticket_id: int) -> None: ...
@@ -115,8 +116,8 @@ class LocalLink(CoordinatorLink):
     def free_seat(self, client: str) -> None:
         self.coordinator.free_seat(self, client)
 
-    def _enqueue(self, ticket_id: int, continuing: bool) -> None:
-        self.coordinator.enqueue(self, ticket_id, continuing)
+    def _enqueue(self, ticket_id: int, continuing: bool, avoid: int | None) -> None:
+        self.coordinator.enqueue(self, ticket_id, continuing, avoid)
 
     def _release(self, ticket_id: int) -> None:
         self.coordinator.release(self, ticket_id)
@@ -180,8 +181,8 @@ class RemoteLink(CoordinatorLink):
     def free_seat(self, client: str) -> None:
         self._send("free", client)
 
-    def _enqueue(self, ticket_id: int, continuing: bool) -> None:
-        self._send("queue", ticket_id, continuing)
+    def _enqueue(self, ticket_id: int, continuing: bool, avoid: int | None) -> None:
+        self._send("queue", ticket_id, continuing, avoid)
 
     def _release(self, ticket_id: int) -> None:
         self._send("release", ticket_id)

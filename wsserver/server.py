@@ -373,7 +373,8 @@ class Connection:
         max_patches = self.server.config.max_patches
         request = continuity.request(action.text, action.generation, action.segment, max_patches, action.lora)
         try:
-            engine = self.server.engines[await ticket.granted]  # the engine whose slot it got
+            index = await ticket.granted  # the engine whose slot it got
+            engine = self.server.engines[index]
             session.segment_admitted(action.ctx, now())
             self.pump()
             latents = []
@@ -394,8 +395,9 @@ class Connection:
                         raise
                     moves += 1
                     logger.warning("segment %d of %r moves to another engine: %s", action.segment, action.ctx, exc)
-                    ticket = self._requeue(action.ctx, ticket)
-                    engine = self.server.engines[await ticket.granted]
+                    ticket = self._requeue(action.ctx, ticket, avoid=index)
+                    index = await ticket.granted
+                    engine = self.server.engines[index]
             continuity.record(action.text, latents)
             session.segment_finished(action.ctx, now())
         except EngineError as exc:
@@ -409,10 +411,10 @@ class Connection:
             if action.ctx not in session.contexts:
                 self.continuity.pop(action.ctx, None)
 
-    def _requeue(self, ctx: str, ticket: SlotTicket) -> SlotTicket:
-        """Give back `ticket`'s slot on a dead engine and queue again for one elsewhere, ahead of new contexts."""
+    def _requeue(self, ctx: str, ticket: SlotTicket, avoid: int) -> SlotTicket:
+        """Give back `ticket`'s slot on dead engine `avoid` and queue again for one elsewhere, ahead of new contexts."""
         self.link.release(ticket)
-        ticket = self.link.queue(functools.partial(self._queued, ctx), continuing=True)
+        ticket = self.link.queue(functools.partial(self._queued, ctx), continuing=True, avoid=avoid)
         if ctx in self.segments:
             self.segments[ctx] = (self.segments[ctx][0], ticket)
         return ticket

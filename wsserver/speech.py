@@ -189,7 +189,8 @@ class Synthesis:
             latents = []
             ticket = server.link.queue(_unannounced, continuing=index > 0)
             try:
-                engine = server.engines[await ticket.granted]
+                index = await ticket.granted
+                engine = server.engines[index]
                 moves = 0
                 while True:
                     try:
@@ -205,8 +206,9 @@ class Synthesis:
                             raise
                         moves += 1
                         server.link.release(ticket)  # its engine died before this segment's first chunk
-                        ticket = server.link.queue(_unannounced, continuing=True)
-                        engine = server.engines[await ticket.granted]
+                        ticket = server.link.queue(_unannounced, continuing=True, avoid=index)
+                        index = await ticket.granted
+                        engine = server.engines[index]
             finally:
                 server.link.release(ticket)
             continuity.record(text, latents)

@@ -44,6 +44,20 @@ def test_an_engine_that_goes_down_takes_no_more_segments() -> None:
     assert queue.set_capacity(1, 1) == [] and queue.acquire("d", False) == 1
 
 
+def test_a_moving_segment_avoids_the_engine_it_left() -> None:
+    """A segment whose engine died under it asks for any other engine: the dead one may still have room here for a
+    moment (its worker sees the connection drop before the coordinator does). Tickets behind it may take that room."""
+    queue: SlotQueue[str] = SlotQueue([1, 2])
+    assert queue.acquire("a", False) == 1  # the most room
+    assert queue.release("a") == []  # engine 1 died under it; nobody here knows yet
+    assert queue.acquire("a'", True, avoid=1) == 0  # not engine 1, though it has the most room
+    assert queue.acquire("b", True, avoid=0) == 1
+    assert queue.acquire("c", True, avoid=1) is None  # only engine 1 has room: c waits for another...
+    assert queue.acquire("d", False) == 1 and queue.waiting == ["c"]  # ...and a newcomer takes that room
+    assert queue.release("a'") == [("c", 0)]
+    assert queue.release("c") == [] and queue.acquire("e", False) == 0  # what c avoided leaves with it
+
+
 def test_client_limits_bound_seats_and_their_rate() -> None:
     from wsserver.admission import ClientLimits
 
