@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import InvalidMessage, InvalidStatus
 
 from wsserver.client.connection import Busy, Connection
 from wsserver.client.context import Context, Synthesis
@@ -154,7 +154,9 @@ class Client:
                     raise Rejected(response.status_code, response.body or b"") from refused
                 retry_after = _seconds(response.headers.get("Retry-After"))
                 wait, error = retry_after if retry_after is not None else backoff, refused
-            except (OSError, TimeoutError, Busy) as failed:
+            except (OSError, TimeoutError, InvalidMessage, Busy) as failed:
+                # InvalidMessage: the TCP connection closed before any HTTP response, as one accepted into the
+                # backlog of a server that is shutting down does; the next try may reach its replacement
                 wait, error = backoff, failed
             remaining = deadline - loop.time()
             if remaining <= 0:

@@ -41,7 +41,8 @@ class Connection:
     @classmethod
     async def open(cls, url: str, headers: dict[str, str], open_timeout_s: float) -> Connection:
         """Connect and read `hello`. Raises websockets' `InvalidStatus` for a refused handshake, `Busy` when the
-        session is closed before its `hello`, `OSError`/`TimeoutError` when the server cannot be reached."""
+        session is closed before its `hello`, `OSError`/`TimeoutError` when the server cannot be reached, and
+        `InvalidMessage` when the connection closes before any HTTP response."""
         ws = await connect(
             url,
             additional_headers=headers,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 import subprocess
 import sys
 
@@ -13,7 +12,7 @@ import numpy as np
 import opuslib
 import pytest
 
-from tests.servers import ServeFactory
+from tests.servers import ServeFactory, free_port
 from wsserver.client import (
     Audio,
     Cancelled,
@@ -201,12 +200,6 @@ async def test_a_session_closed_for_idleness_is_reopened_for_the_next_context(se
         assert client.hello["session_id"] != first.hello["session_id"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_drain_finishes_open_contexts_and_new_ones_go_to_the_replacement(serve: ServeFactory) -> None:
     """A rolling restart on one port: the old server drains, the client's open context finishes there, the next
     context waits through 503 and refused connections until the new server takes it."""
@@ -227,6 +220,35 @@ async def test_drain_finishes_open_contexts_and_new_ones_go_to_the_replacement(s
         result = await next_turn
         assert isinstance(result.result, Done) and client.hello["session_id"] != first_session
         await client.close()
+
+
+async def test_a_connection_closed_before_the_http_response_is_retried(serve: ServeFactory) -> None:
+    """What a server shutting down does to a connection already in its accept backlog: closes it unanswered. The
+    client treats that like a refused connection and keeps trying until a server answers."""
+    port = free_port()
+    dropped = asyncio.Event()
+
+    def drop(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+        dropped.set()
+
+    dropping = await asyncio.start_server(drop, "127.0.0.1", port)
+    client = Client(f"ws://127.0.0.1:{port}", max_retry_delay_s=0.1)
+    next_turn = asyncio.create_task(client.synthesize("After the drop. "))
+    await dropped.wait()
+    dropping.close()
+    await dropping.wait_closed()
+    async with serve(max_patches=2, port=port):
+        assert isinstance((await next_turn).result, Done)
+        await client.close()
+
+
+async def test_a_server_that_always_drops_the_connection_is_unavailable() -> None:
+    port = free_port()
+    dropping = await asyncio.start_server(lambda _r, writer: writer.close(), "127.0.0.1", port)
+    async with dropping:
+        with pytest.raises(Unavailable, match="HTTP response"):
+            await Client(f"ws://127.0.0.1:{port}", reconnect_timeout_s=0.3, max_retry_delay_s=0.1).connect()
 
 
 def test_the_client_imports_neither_torch_nor_the_engine() -> None:
