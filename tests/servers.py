@@ -104,6 +104,8 @@ async def server_process(checkpoint: Path, *args: str) -> AsyncIterator[ServerPr
             with contextlib.suppress(OSError):
                 if (await http_get(running.http + "/ready"))[0] == 200:
                     break
+        else:
+            raise AssertionError(f"the server on port {port} was not ready within 60 s")
         yield running
     finally:
         if process.returncode is None:

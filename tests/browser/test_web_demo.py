@@ -226,7 +226,8 @@ def test_cancel_stops_playback_and_decoding(page: Any, screenshot: Any) -> None:
     wait_turn(page, ctx, "cancelled")
     cancelled = wire_messages(page, "context.cancelled", ctx)[0]
     assert cancelled["last_seq"] >= 0 and not page.wire.messages("context.done", ctx), "the turn ended before Cancel"
-    time.sleep(0.3)  # the fade-out (8 ms) and one worklet status (~43 ms) have long passed
+    # The worklet reports `playing: null` once the stream has left it (after the 8 ms fade-out): the count is final.
+    page.wait_for_function("() => window.__ttsDemo.stats().playing === null", timeout=10_000)
     before = stats(page)["contexts"][ctx]
     time.sleep(1.0)
     after = stats(page)["contexts"][ctx]

@@ -24,7 +24,7 @@ SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank. "
 
 async def test_sigterm_drains(tiny_checkpoint: Callable[..., Path]) -> None:
     # The ended context needs well under a second of CPU; the drain timeout leaves it room on a loaded CI box.
-    args = ("--max-patches", "16", "--drain-timeout-s", "8")
+    args = ("--max-patches", "8", "--drain-timeout-s", "8")
     async with server_process(tiny_checkpoint("voxcpm2", stop=False), *args) as server:
         client = await Client.connect(server.ws)
         await client.send("context.create", ctx="finishing", text="This turn was ended and may finish. ")

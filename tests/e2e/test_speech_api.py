@@ -84,9 +84,10 @@ async def test_a_client_that_hangs_up_frees_the_engine_at_once(serve: ServeFacto
             async for _ in response.aiter_raw():
                 break  # audio is flowing: the request holds an engine slot
             assert engine.stats().running == 1
-        hung_up = time.monotonic()
-        await wait_idle(engine, timeout=2)
-        assert time.monotonic() - hung_up < 1.0
+        steps = engine.stats().steps
+        await wait_idle(engine)
+        # At once: within the few steps under way when the server noticed, not the answer's other ~250 patches.
+        assert engine.stats().steps - steps <= 8
         assert running.server.speeches == set() and not running.server.link.coordinator.queue.holders
 
 

@@ -31,10 +31,13 @@ async def test_token_stream_is_segmented_and_each_segment_continues_the_previous
         chunks: dict[str, list[np.ndarray]] = {}
         generate = AsyncEngine.generate
 
+        last_patch_at: dict[str, float] = {}
+
         async def spy(request: GenerationRequest):  # records what reaches the real engine, changes nothing
             requests.append((time.monotonic(), request))
             async for chunk in generate(engine, request):
                 chunks.setdefault(request.request_id, []).append(chunk.latents)
+                last_patch_at[request.request_id] = time.monotonic()
                 yield chunk
 
         engine.generate = spy  # type: ignore[method-assign]
@@ -65,10 +68,11 @@ async def test_token_stream_is_segmented_and_each_segment_continues_the_previous
         handle = client.messages("context.created", "turn")[0]["handle"]
         frames = client.frames(handle)
         assert frames[-1].header.flags & 2
-        # (Measured from the first submission, which is earlier than the first frame: a stricter bound.)
+        # A segment needs the previous one's latents, so how soon it can start depends on the engine's speed (faster
+        # than real time on a GPU, not always on a loaded CI CPU); what the server owns is the hand-off: each later
+        # segment reaches the engine as soon as the previous one's last patch is out.
         for i in range(1, len(requests)):
-            audio_before = i * 6 * 0.16  # each segment is 6 patches of 160 ms
-            assert requests[i][0] - requests[0][0] < audio_before
+            assert requests[i][0] - last_patch_at[requests[i - 1][1].request_id] < 0.5
         await client.close()
 
 

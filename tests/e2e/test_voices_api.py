@@ -200,6 +200,8 @@ async def server_process(checkpoint: Path, store: Path) -> AsyncIterator[str]:
                         break
                 except httpx.TransportError:
                     continue
+            else:
+                raise AssertionError(f"the server on port {port} was not ready within 60 s")
         yield url
     finally:
         process.send_signal(signal.SIGTERM)
