@@ -40,6 +40,8 @@ is counted in `sessions_failed` and left out of every other figure, which are ov
 - `audio_s`, `wall_s`, `xrt`: audio delivered to all sessions (counted from the frames), from the start to the last
   `context.done`, and their ratio (aggregate xRT); `audio_s_per_session`; `server_audio_s`: the audio the server
   says it sent (`context.done`'s `audio_ms`), which `audio_s` must equal;
+- `worker_connections`: each worker's sessions once all are connected, fewest first (one number for a server in one
+  process); the supervisor deals a new connection to the worker with the fewest open;
 - `cpu`: CPU over the measurement window (`window_s`, the same span as `wall_s`), per role: `client` (the client
   processes, each measuring its own), and from /proc/PID/stat the server's `supervisor`, `engines` and `workers` (pids
   from /status; a server in one process is `server`). Each role: `processes`, `cpu_s` (summed), `util` (cpu_s /
@@ -285,6 +287,13 @@ def parent_pid(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except OSError:
         return None
+
+
+def worker_connections(samples: list[dict[str, Any]]) -> list[int] | None:
+    """Each worker's sessions, fewest first, in the first /status sample of the level (every session connected)."""
+    if not samples or "worker_processes" not in samples[0]:
+        return None
+    return sorted(worker["connections"] for worker in samples[0]["worker_processes"])
 
 
 def server_roles(status: dict[str, Any], supervisor: int | None) -> dict[str, list[int]]:
@@ -582,6 +591,7 @@ def result_line(
         "word_gap_ms": args.word_gap_ms,
         "server_args": args.server_args,
         "workers": len(roles.get("workers", [])),
+        "worker_connections": worker_connections(server["samples"]),
         "engines": len(roles["engines"]) if "engines" in roles else 1,  # a server in one process serves one engine
         "client_processes": args.client_processes,
         "sessions_finished": len(results),
@@ -660,7 +670,11 @@ async def measure_level(
     kill: bool,
 ) -> dict[str, Any]:
     """One level's line; `kill`: this level kills engine --kill-engine."""
-    before = await wait_disconnected(base)
+    await wait_disconnected(base)
+    # The workers tell the supervisor of closed connections every 0.1 s (wsserver/handoff.py): let it learn of the
+    # last level's and of these /status requests before the burst, as it would after a moment without traffic.
+    await asyncio.sleep(0.3)
+    before = await server_status(base)
     roles = server_roles(before, supervisor)  # a worker that died meanwhile came back with another pid
     pids = sorted({pid for members in roles.values() for pid in members})
     start: asyncio.Future[float] = asyncio.get_running_loop().create_future()

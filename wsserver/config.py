@@ -64,7 +64,8 @@ class ServerConfig:
     # A stream's first chunk waits for its second while the next engine step is due to admit more than this many
     # prompt positions (EngineConfig): such a step (~30 us a position on an H100 at batch) outlasts the 160 ms a
     # stream that has just started holds. Off (0) by default: on two H100s, 512 Opus sessions, 1024 starved 97
-    # sessions where off starved 14 (one run each; README, "End to end over the WebSocket").
+    # sessions where off starved 14; on one H200 (Opus complexity 5) it starved none where off starved 201 (one run
+    # each, different calls; README, "End to end over the WebSocket").
     first_chunk_hold_positions: int = 0
     fp8_gemms: bool = False  # VoxCPM: the LocDiT's GEMMs in FP8 (EngineConfig)
     pace_admissions: bool = False  # admit only what the playing streams' buffered audio can spare (EngineConfig)

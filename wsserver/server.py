@@ -49,6 +49,7 @@ from wsserver.config import ServerConfig
 from wsserver.continuity import Continuity
 from wsserver.coordinator import Coordinator, WorkerReport
 from wsserver.errors import CloseCode
+from wsserver.handoff import Receiver
 from wsserver.http import RETRY_AFTER_S, ApiError, over_capacity
 from wsserver.link import CoordinatorLink, LocalLink, SlotTicket
 from wsserver.loras import LoRAs
@@ -78,6 +79,18 @@ class _Uvicorn(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         yield
 
+    async def adopt(self, sock: socket.socket) -> asyncio.BaseTransport:
+        """Serve a connection accepted elsewhere (the supervisor's deal) as if our own listener had accepted it."""
+        config = self.config
+
+        def protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+
+        transport, _ = await asyncio.get_running_loop().connect_accepted_socket(protocol, sock)
+        return transport
+
 
 class TTSServer:
     """One front end: HTTP and WebSocket sessions on a listening socket, in front of the engines, with its seats and
@@ -97,6 +110,7 @@ class TTSServer:
         self._upgrades: Upgrades | None = None  # made in listen(): websockets wants a running loop
         self._uvicorn: _Uvicorn | None = None
         self._serving: asyncio.Task[None] | None = None
+        self._receiver: Receiver | None = None  # a worker's: the connections the supervisor deals (serve_dealt)
 
     @property
     def engine(self) -> EngineHandle | None:
@@ -213,9 +227,28 @@ class TTSServer:
         """Serve HTTP and WebSocket sessions on `sock` (default: bind the configured address); returns the socket."""
         if sock is None:
             sock = socket.create_server((self.config.bind_host, self.config.port), backlog=2048)
-        # Bound the kernel's share of every connection's send buffer (accepted sockets inherit it; autotuning would
-        # grow it to megabytes): a client that does not read then stalls its sender after a known amount of audio.
+        self._bound_send_buffer(sock)  # accepted sockets inherit it
+        await self._start_uvicorn([sock])
+        return sock
+
+    async def serve_dealt(self, channel: socket.socket) -> None:
+        """Serve the connections the supervisor deals over `channel` (wsserver.handoff) instead of a listening
+        socket of our own."""
+        await self._start_uvicorn([])
+        self._receiver = Receiver(channel, self._adopt)
+        self._receiver.start()
+
+    async def _adopt(self, conn: socket.socket) -> asyncio.BaseTransport:
+        assert self._uvicorn is not None
+        self._bound_send_buffer(conn)
+        return await self._uvicorn.adopt(conn)
+
+    def _bound_send_buffer(self, sock: socket.socket) -> None:
+        """Bound the kernel's share of a connection's send buffer (autotuning would grow it to megabytes): a client
+        that does not read then stalls its sender after a known amount of audio."""
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.limits.send_buffer_bytes)
+
+    async def _start_uvicorn(self, sockets: list[socket.socket]) -> None:
         self._upgrades = Upgrades(self)
         config = uvicorn.Config(
             make_app(self),
@@ -228,18 +261,19 @@ class TTSServer:
             timeout_graceful_shutdown=ABORT_CLOSE_S,
         )
         self._uvicorn = _Uvicorn(config)
-        self._serving = asyncio.create_task(self._uvicorn.serve(sockets=[sock]))
+        self._serving = asyncio.create_task(self._uvicorn.serve(sockets=sockets))
         while not self._uvicorn.started:
             if self._serving.done():
                 self._serving.result()  # startup failed: raise its error
             await asyncio.sleep(0.01)
-        return sock
 
     async def close(self) -> None:
         """Stop listening, close idle HTTP connections, and close the sessions still open with 1001 (going away):
         after `drain` none are left but those of clients that never read."""
         if self._uvicorn is None or self._serving is None or self._upgrades is None:
             return
+        if self._receiver is not None:
+            self._receiver.close()  # the supervisor deals new connections to the other workers
         self._uvicorn.should_exit = True
         await self._serving
         await asyncio.gather(*(_going_away(websocket) for websocket in list(self._upgrades.all_connections)))

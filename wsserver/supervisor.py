@@ -3,16 +3,16 @@ coordinator between them, all started, watched and stopped from here.
 
     supervisor (this process): the port, the coordinator (seats, the slot FIFO, health, status)
       ├─ engine process per device (engine.process): the step loop, no networking but Unix sockets
-      └─ worker process × N (wsserver.worker): uvicorn + websockets on its socket, sessions, audio encoding
+      └─ worker process × N (wsserver.worker): uvicorn + websockets on the connections dealt to it, sessions, audio
 
-The supervisor binds the port once per worker (SO_REUSEPORT: the kernel spreads new connections evenly over the workers'
-sockets; on one shared socket whichever worker woke first accepted a whole burst, and at 512 Opus sessions one worker
-ran at 100 % of a core while thirteen idled), keeps the coordinator on a Unix socket in a private directory, and starts
-the engines and the workers at once: the workers answer /health while the engines load, and start serving as each engine
-comes up. A worker that dies is started again (its sessions are lost; the coordinator frees their seats and slots, the
-engines their requests). An engine that dies fails every request on it that has made audio (one it had not started
-moves to another engine); the coordinator stops routing to it the moment its connection drops, and with no engine left
-/ready and /health answer 503, so the orchestrator restarts the server. SIGTERM drains: every worker drains
+The supervisor listens on the port and deals each new connection to the worker with the fewest open ones
+(wsserver.handoff: the kernel's SO_REUSEPORT hash spread a burst at random, one busy worker in fourteen starving its
+sessions), keeps the coordinator on a Unix socket in a private directory, and starts the engines and the workers at
+once: the workers answer /health while the engines load, and start serving as each engine comes up. A worker that
+dies is started again (its sessions are lost; the coordinator frees their seats and slots, the engines their
+requests). An engine that dies fails every request on it that has made audio (one it had not started moves to another
+engine); the coordinator stops routing to it the moment its connection drops, and with no engine left /ready and
+/health answer 503, so the orchestrator restarts the server. SIGTERM drains: every worker drains
 its sessions (docs/protocol.md), then the engines stop; SIGINT too.
 """
 
@@ -36,6 +36,7 @@ from engine import EngineConfig, EngineError, EngineStats
 from engine.client import EngineClient
 from wsserver.config import ServerConfig, resolve_model
 from wsserver.coordinator import Coordinator
+from wsserver.handoff import Dealer
 from wsserver.link import serve_coordinator
 from wsserver.loras import resolve_start_loras
 from wsserver.worker import run as run_worker
@@ -95,11 +96,14 @@ class Supervisor:
         self.workers: list[_Worker] = []
         self.stopping = False
         self.port = config.port
+        self.dealer: Dealer | None = None  # made in run(): it needs the loop
         self.loras: tuple[tuple[str, str], ...] = ()  # the --lora adapters, fetched: (name, directory)
 
     async def run(self, stop: asyncio.Event) -> None:
-        # Every worker's socket is bound before the model loads, so that connections queue instead of being refused.
-        listeners = [self._listen() for _ in range(self.config.worker_count())]
+        # The port is bound before the model loads, so that connections queue instead of being refused.
+        listener = socket.create_server((self.config.bind_host, self.port), backlog=2048)
+        self.port = listener.getsockname()[1]
+        self.dealer = Dealer(listener)
         server = await serve_coordinator(self.coordinator, self.coordinator_path)
         self.coordinator.start()
         try:
@@ -107,7 +111,8 @@ class Supervisor:
             self.loras = await asyncio.to_thread(resolve_start_loras, self.config)
             for index, device in enumerate(self.devices):
                 self.engines.append(self._start_engine(index, model, device.device, device.gpu))
-            self.workers = [_Worker(i, self._start_worker(i, listener)) for i, listener in enumerate(listeners)]
+            self.workers = [_Worker(i, self._start_worker(i)) for i in range(self.config.worker_count())]
+            self.dealer.start()
             logger.info(
                 "listening on %s:%d: %d worker(s), %d engine(s)",
                 self.config.bind_host,
@@ -124,9 +129,8 @@ class Supervisor:
             engines_up.cancel()
         finally:
             await self._shut_down()
+            await self.dealer.close()
             server.close()
-            for listener in listeners:
-                listener.close()  # those of workers that never started
             shutil.rmtree(self.runtime, ignore_errors=True)
 
     def _start_engine(self, index: int, model: str, device: str, gpu: str | None) -> tuple[SpawnProcess, Connection]:
@@ -139,20 +143,15 @@ class Supervisor:
         theirs.close()
         return process, ours
 
-    def _listen(self) -> socket.socket:
-        """A listening socket on the server's port for one worker (the first one picks the port when it is 0)."""
-        listener = socket.create_server((self.config.bind_host, self.port), backlog=2048, reuse_port=True)
-        self.port = listener.getsockname()[1]
-        return listener
-
-    def _start_worker(self, index: int, listener: socket.socket) -> SpawnProcess:
-        """Start a worker on `listener`, and let go of the supervisor's copy: a socket of the port's group that no
-        worker accepts on would still be dealt its share of new connections (those of a dead worker's socket are reset,
-        and its clients connect again)."""
-        args = (self.config, listener, self.coordinator_path, self.engine_paths, index)
+    def _start_worker(self, index: int) -> SpawnProcess:
+        """Start worker `index` with a new channel from the dealer, and let go of our copy of its end (so that its
+        death closes the channel)."""
+        assert self.dealer is not None
+        channel = self.dealer.attach(index)
+        args = (self.config, channel, self.coordinator_path, self.engine_paths, index)
         process = _spawn.Process(target=run_worker, args=args, name=f"worker-{index}")
         process.start()  # the child receives a duplicate of the socket (multiprocessing's resource sharer)
-        listener.close()
+        channel.close()
         return process
 
     async def _engines_up(self) -> None:
@@ -189,7 +188,7 @@ class Supervisor:
                 continue
             logger.error("worker %d died (exit code %s): starting it again", worker.index, worker.process.exitcode)
             worker.process.close()
-            worker.process = self._start_worker(worker.index, self._listen())
+            worker.process = self._start_worker(worker.index)
             worker.restarts += 1
             worker.started_at = time.monotonic()
 

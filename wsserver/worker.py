@@ -1,9 +1,9 @@
-"""A front-end worker process: HTTP and WebSocket sessions on its own listening socket of the server's port (the
-supervisor's SO_REUSEPORT group), audio framed and encoded here (Opus, resampling, mu-law), engines reached over Unix
-sockets, seats and slots from the supervisor's coordinator (docs/architecture in wsserver.supervisor). It never loads
-torch: that is the engine processes' affair.
+"""A front-end worker process: HTTP and WebSocket sessions on the connections the supervisor deals it (accepted on
+the server's port, passed over its channel: wsserver.handoff), audio framed and encoded here (Opus, resampling,
+mu-law), engines reached over Unix sockets, seats and slots from the supervisor's coordinator (docs/architecture in
+wsserver.supervisor). It never loads torch: that is the engine processes' affair.
 
-It listens at once (so /health answers and /ready says "starting" while the engines load), connects to the
+It serves at once (so /health answers and /ready says "starting" while the engines load), connects to the
 coordinator, then to every engine as it comes up, then serves. SIGTERM drains it (docs/protocol.md); so does the
 loss of the coordinator, since nothing new can start without it.
 """
@@ -33,23 +33,23 @@ CONNECT_EVERY_S = 0.2  # while an engine process is still loading its model
 
 
 def run(
-    config: ServerConfig, listener: socket.socket, coordinator_path: str, engine_paths: list[str], index: int
+    config: ServerConfig, channel: socket.socket, coordinator_path: str, engine_paths: list[str], index: int
 ) -> None:
     """The worker process (a multiprocessing spawn target)."""
     tag = f"worker-{index}[{os.getpid()}]"
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag} %(name)s: %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides (a ^C reaches the whole process group)
-    uvloop.run(serve(config, listener, coordinator_path, engine_paths))
+    uvloop.run(serve(config, channel, coordinator_path, engine_paths))
 
 
-async def serve(config: ServerConfig, listener: socket.socket, coordinator_path: str, engine_paths: list[str]) -> None:
+async def serve(config: ServerConfig, channel: socket.socket, coordinator_path: str, engine_paths: list[str]) -> None:
     server = TTSServer(config)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     link = await RemoteLink.connect(coordinator_path, server.report)
     server.link = link
-    await server.listen(listener)
+    await server.serve_dealt(channel)
     engines = await _connect(engine_paths, config, link)
     if engines is not None:
         server.attach(engines, await open_voices(engines[0], config), link)

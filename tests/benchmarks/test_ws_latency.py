@@ -57,6 +57,7 @@ def test_two_sessions_in_each_format_report_latency_audio_and_cpu(tiny_checkpoin
     pcm = lines[0]
     for line in lines:
         assert line["workers"] == 2 and line["engines"] == 1 and line["client_processes"] == 1
+        assert line["worker_connections"] == [1, 1]  # the supervisor dealt one session to each worker
         assert line["sessions_finished"] == 2 and line["sessions_failed"] == {} and line["killed_engine"] is None
         [engine] = line["engines_detail"]
         assert engine["segments"] == 2 and engine["healthy"] and line["engine_spread_pct"] is None

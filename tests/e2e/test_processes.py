@@ -1,8 +1,8 @@
 """The server as deployed: a supervisor, engine processes and worker processes (`python -m wsserver`).
 
-Sessions spread over the workers (the kernel hands each accepted connection to one of them) and their segments over
-the engines (the coordinator grants each to the engine with the most free slots); the guarantees hold across
-processes, and a process that dies takes only its own work with it.
+Sessions spread over the workers (the supervisor deals each accepted connection to the worker with the fewest open)
+and their segments over the engines (the coordinator grants each to the engine with the most free slots); the
+guarantees hold across processes, and a process that dies takes only its own work with it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -35,13 +35,35 @@ async def speak(server: ServerProcess, ctx: str = "c", text: str = TEXT) -> dict
 
 
 async def sessions_on_both_workers(server: ServerProcess, count: int) -> list[Client]:
-    """Open sessions until each of the two workers holds at least one (the kernel chooses, not us)."""
-    clients = []
-    while True:
-        clients.append(await Client.connect(server.ws))
-        workers = (await server.status())["worker_processes"]
-        if len(clients) >= count and all(w["connections"] > 0 for w in workers):
-            return clients
+    """Open `count` sessions, which the supervisor deals over the two workers."""
+    clients = [await Client.connect(server.ws) for _ in range(count)]
+    workers = (await server.status())["worker_processes"]
+    assert all(w["connections"] > 0 for w in workers), workers
+    return clients
+
+
+async def test_a_burst_of_sessions_is_dealt_evenly_over_the_workers(tiny_checkpoint: Callable[..., Path]) -> None:
+    """12 sessions at once on 3 workers: 4 each (the kernel's SO_REUSEPORT hash split them so 1 time in 15). Those
+    that close free their worker's share: the next sessions go where the fewest are open."""
+    async with server_process(tiny_checkpoint("voxcpm2", stop=False), "--workers", "3") as server:
+        clients = await asyncio.gather(*(Client.connect(server.ws) for _ in range(12)))
+
+        async def counts() -> list[int]:
+            return sorted(w["connections"] for w in (await server.status())["worker_processes"])
+
+        assert await counts() == [4, 4, 4]
+        for client in clients[:4]:
+            await client.close()
+        await until(lambda: _total(counts(), 8))
+        await asyncio.sleep(1.0)  # the workers' sweeps tell the supervisor of the closed ones (every 0.1 s)
+        clients = clients[4:] + [await Client.connect(server.ws) for _ in range(4)]
+        assert await counts() == [4, 4, 4]
+        for client in clients:
+            await client.close()
+
+
+async def _total(counts: Awaitable[list[int]], total: int) -> bool:
+    return sum(await counts) == total
 
 
 async def test_segments_spread_over_two_engines(tiny_checkpoint: Callable[..., Path]) -> None:
