@@ -38,6 +38,11 @@ class EngineDevice:
     gpu: str | None = None  # the one GPU its process sees (CUDA_VISIBLE_DEVICES), if named
 
 
+# The most front-end processes the default gives one engine: an H200's 512 Opus streams at 48 kHz (complexity 10) kept
+# 14 workers 74 % busy (README, "End to end over the WebSocket"); a host with more GPUs needs that many per GPU.
+WORKERS_PER_ENGINE = 16
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     model: str | None = None  # checkpoint directory or Hugging Face repo id; None: the offline tiny demo checkpoint
@@ -110,10 +115,11 @@ class ServerConfig:
 
     def worker_count(self) -> int:
         """Front-end processes: as configured, else one per core left over by the engines and the supervisor (at least
-        one, at most 16)."""
+        one, at most WORKERS_PER_ENGINE per engine)."""
         if self.workers is not None:
             return self.workers
-        return max(1, min(16, available_cores() - len(self.engine_devices()) - 1))
+        engines = len(self.engine_devices())
+        return max(1, min(WORKERS_PER_ENGINE * engines, available_cores() - engines - 1))
 
     def engine_config(self, model: str, device: str, loras: tuple[tuple[str, str], ...]) -> EngineConfig:
         """The configuration of one engine: the server's engine settings, on `device`, with its start-up adapters."""

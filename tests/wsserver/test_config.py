@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from wsserver import config
 from wsserver.config import parse_args
 
 
@@ -111,3 +112,20 @@ def test_first_chunk_hold_flag() -> None:
     assert config.engine_config("m", "cpu", ()).first_chunk_hold_positions == 1024
     with pytest.raises(SystemExit):
         parse_args(["--first-chunk-hold-positions", "-1"], {})
+
+
+@pytest.mark.parametrize(
+    ("devices", "cores", "workers"),
+    [
+        ("0", 16, 14),  # one GPU: a core each for the engine and the supervisor
+        ("0", 64, 16),  # at most WORKERS_PER_ENGINE for one engine
+        ("0,1,2,3", 64, 59),  # four GPUs on a 64-core host: all the cores left, not one engine's share
+        ("0,1", 2, 1),  # never none
+    ],
+)
+def test_default_workers_scale_with_the_engines(
+    devices: str, cores: int, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(config, "available_cores", lambda: cores)
+    assert parse_args(["--devices", devices]).worker_count() == workers
+    assert parse_args(["--devices", devices, "--workers", "3"]).worker_count() == 3
