@@ -5,7 +5,8 @@ a change run on the same GPU minutes apart. Where the git history is (this machi
 
     python benchmarks/ab_trees.py prepare --ref HEAD --out .carry/base
 
-copies REF's tracked engine/, benchmarks/ and wsserver/ into OUT. On the GPU machine, from the repository root:
+copies REF's tracked engine/, benchmarks/, wsserver/ and web_demo/ into OUT. On the GPU machine, from the
+repository root:
 
     python3 benchmarks/ab_trees.py run --base .carry/base -- python3 benchmarks/profile_step.py --model /tmp/c2
 
@@ -28,7 +29,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-PACKAGES = ("engine", "benchmarks", "wsserver")
+# web_demo: the server serves its static files and will not start without them.
+PACKAGES = ("engine", "benchmarks", "wsserver", "web_demo")
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -63,6 +63,7 @@ def test_prepare_copies_the_tracked_sources_of_a_ref(tmp_path: Path) -> None:
     (out / "stale").mkdir(parents=True)  # replaced, not merged into
     prepare("HEAD", out)
     assert (out / "engine" / "__init__.py").is_file() and (out / "benchmarks").is_dir()
+    assert (out / "web_demo" / "index.html").is_file()  # a server started from the tree needs its static files
     assert not (out / "stale").exists() and not (out / "tests").exists()
     tracked = subprocess.run(
         ["git", "-C", str(REPO), "ls-tree", "-r", "--name-only", "HEAD", "engine"], capture_output=True, text=True
