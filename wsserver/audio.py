@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 import opuslib
@@ -25,8 +26,6 @@ from wsserver.frames import (
     FrameHeader,
 )
 from wsserver.messages import OutputSettings
-
-Frame = tuple[int, bytes]  # (seq, the whole binary frame), as a context hands it to its session
 
 
 @functools.cache
@@ -135,6 +134,34 @@ class _OpusCodec:
         return self.encoder.encode_float(frame.tobytes(), self.frame_samples)
 
 
+@dataclass(slots=True)
+class OpusFrame:
+    """An Opus frame whose packet is encoded when the socket is ready for it, not when its audio arrives. A step
+    brings each of a worker's streams a chunk of 8 frames; encoded on arrival, every stream's first frame would wait
+    for all of them to be encoded (several ms per stream at complexity 10). Its context's frames go out in order, so
+    the encoder, which keeps state across frames, still sees them in order; frames that never go out (a cancelled
+    context's) are never encoded."""
+
+    header: bytes
+    samples: np.ndarray
+    codec: _OpusCodec
+    size: int  # what the outbox counts until it is encoded: the header and the bitrate's share of a frame
+
+    def __len__(self) -> int:
+        return self.size
+
+    def encode(self) -> bytes:
+        return self.header + self.codec.encode(self.samples)
+
+
+Frame = tuple[int, bytes | OpusFrame]  # (seq, the whole binary frame), as a context hands it to its session
+
+
+def wire(frame: bytes | OpusFrame) -> bytes:
+    """A frame as the socket takes it: an Opus frame is encoded here."""
+    return frame.encode() if isinstance(frame, OpusFrame) else frame
+
+
 def _encode_pcm(fmt: str, frame: np.ndarray) -> bytes:
     if fmt == "pcm_f32le":
         return frame.astype("<f4").tobytes()
@@ -160,6 +187,7 @@ class AudioOut:
         self.resampler = Resampler(native_rate, self.rate)
         opus = self.format == "opus"
         self.opus = _OpusCodec(self.rate, self.frame_samples, output.bitrate, opus_complexity) if opus else None
+        self._opus_bytes = output.bitrate * output.frame_ms // 8000  # a frame's packet at the target bitrate
         self._pending = np.zeros(0, np.float32)
         self.next_seq = 0
         self.samples = 0  # samples sent, at the output rate
@@ -192,8 +220,9 @@ class AudioOut:
         """The frames of `block` (whole frames), the last one flagged `last_flags`. PCM and mu-law are converted in
         one call per block, not per frame: at hundreds of streams this runs for every 20 ms of each."""
         count = block.size // self.frame_samples
+        payloads: list[bytes] | list[np.ndarray]
         if self.opus is not None:
-            payloads = [self.opus.encode(frame) for frame in block.reshape(count, self.frame_samples)]
+            payloads = list(block.reshape(count, self.frame_samples))  # encoded as they are sent (OpusFrame)
         else:
             data = _encode_pcm(self.format, block)
             size = len(data) // count if count else 0
@@ -204,8 +233,12 @@ class AudioOut:
             for i, payload in enumerate(payloads)
         ]
 
-    def _frame(self, payload: bytes, samples: int, segment: int, flags: int) -> Frame:
+    def _frame(self, payload: bytes | np.ndarray, samples: int, segment: int, flags: int) -> Frame:
         seq, pts = self.next_seq, self.samples // self.frame_samples * self.pts_step
         self.next_seq += 1
         self.samples += samples
-        return seq, HEADER.pack(VERSION, KIND_AUDIO, self.handle, seq, pts, segment, flags) + payload
+        header = HEADER.pack(VERSION, KIND_AUDIO, self.handle, seq, pts, segment, flags)
+        if isinstance(payload, np.ndarray):
+            assert self.opus is not None
+            return seq, OpusFrame(header, payload, self.opus, len(header) + self._opus_bytes)
+        return seq, header + payload

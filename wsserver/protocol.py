@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from wsserver import messages as m
-from wsserver.audio import AudioOut, Frame
+from wsserver.audio import AudioOut, Frame, OpusFrame, wire
 from wsserver.errors import CLIENT_FAULTS, CloseCode, ErrorCode, ProtocolError
 from wsserver.metrics import ServerMetrics
 from wsserver.normalize import normalize
@@ -150,7 +150,7 @@ Action = RunSegment | AbortSegment | CloseConnection
 
 @dataclass(slots=True)
 class _Item:
-    data: bytes
+    data: bytes | OpusFrame  # an Opus frame is encoded as it leaves the outbox
     text: bool
     handle: int | None = None  # set for binary frames: whose they are
     seq: int | None = None  # set for audio frames
@@ -460,7 +460,9 @@ class Session:
         """The next frame to send and whether it is a text frame; None when nothing is queued. Call it only once the
         socket has taken the previous frame: until then that frame counts as waiting for the stall rule."""
         item = self.outbox.pop(now)
-        return None if item is None else (item.data, item.text)
+        if item is None:
+            return None
+        return wire(item.data), item.text
 
     def actions(self) -> list[Action]:
         actions, self.outbox_actions = self.outbox_actions, []

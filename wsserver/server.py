@@ -482,6 +482,10 @@ class Connection:
                 await self.websocket.send(data, text=text)
                 if self.session.writable:
                     self._writable.set()
+                # One frame, then the other sessions' writers: a step's chunks reach many sessions at once, and each
+                # writer encodes its Opus frames as it sends them (OpusFrame), so every session's first frame goes
+                # out before any session's second.
+                await asyncio.sleep(0)
         except ConnectionClosed:
             pass
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
 import opuslib
 import pytest
 
+from engine import AsyncEngine, EngineConfig
 from tests.e2e.client import Client
 from tests.e2e.test_guarantees import check_ordering
-from tests.servers import ServeFactory
+from tests.servers import ServeFactory, running_server
+from wsserver.audio import _OpusCodec
 
 TEXT = "Opus frames should decode to exactly the announced number of samples. "
 
@@ -60,3 +66,39 @@ async def test_pcm_and_mulaw_frames(serve: ServeFactory, fmt: str, rate: int, sa
         # 3 patches of 7680 samples at 48 kHz = 480 ms, padded up to whole frames
         assert done["audio_ms"] == 480
         await client.close()
+
+
+async def test_a_steps_opus_frames_leave_a_frame_per_session_in_turn(
+    tiny_checkpoint: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One engine step gives three sessions a chunk of 7 frames each. Each frame is encoded as its session's writer
+    sends it, and the writers take turns, so every session's first frame goes out before any session's second;
+    encoded on arrival, the third session's first frame waited for 14 others."""
+    encoders: list[int] = []  # whose encoder encoded each frame, in order
+    encode = _OpusCodec.encode
+
+    def spy(codec: _OpusCodec, frame: np.ndarray) -> bytes:
+        encoders.append(id(codec))
+        return encode(codec, frame)
+
+    monkeypatch.setattr(_OpusCodec, "encode", spy)
+    # A wide burst window: the three segments are admitted in one step, so their first chunks arrive together.
+    config = EngineConfig(
+        model=str(tiny_checkpoint("voxcpm2", stop=False)), device="cpu", max_patches=2, coalesce_ms=500,
+        coalesce_max_ms=2000,
+    )  # fmt: skip
+    engine = AsyncEngine(config)
+    await engine.start()
+    try:
+        async with running_server(engine, tmp_path / "voices", max_patches=2) as running:
+            clients = [await Client.connect(running.ws_url) for _ in range(3)]
+            for client in clients:
+                await client.send("context.create", ctx="c", output={"format": "opus", "sample_rate": 48000}, text=TEXT)
+                await client.send("context.end", ctx="c")
+            for client in clients:
+                await client.until_ended("c")
+                await client.close()
+    finally:
+        await engine.close()
+    assert engine.stats().batch_size_avg > 1  # (the warm-up's step counts too) the three shared steps
+    assert len(set(encoders[:3])) == 3, encoders[:8]

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wsserver.audio import AudioOut, Resampler, mulaw_encode
-from wsserver.frames import FrameHeader
+from wsserver.audio import AudioOut, OpusFrame, Resampler, _OpusCodec, mulaw_encode, wire
+from wsserver.frames import HEADER, FrameHeader
 from wsserver.messages import OutputSettings
 
 
@@ -39,7 +39,7 @@ def test_mulaw_matches_g711() -> None:
 
 def frames_of(out: AudioOut, chunks: list[np.ndarray], segment: int, last: bool) -> list[tuple[FrameHeader, bytes]]:
     raw = [f for chunk in chunks for f in out.push(chunk, segment)] + out.end_segment(segment, last_of_context=last)
-    return [FrameHeader.unpack(data) for _, data in raw]
+    return [FrameHeader.unpack(wire(data)) for _, data in raw]  # in order, as the session's outbox hands them out
 
 
 def test_framing_pads_segments_and_flags_the_last_frames() -> None:
@@ -139,3 +139,17 @@ def test_framing_any_chunks_gives_whole_frames_in_order_with_exact_flags(
     assert [h.pts for h in headers] == [i * step for i in range(len(frames))]
     width = {"pcm_s16le": 2, "pcm_f32le": 4, "mulaw": 1}.get(output.format)
     assert all(len(p) == frame_samples * width if width else p for _, p in frames)
+
+
+def test_opus_frames_are_encoded_when_taken_not_when_pushed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk's frames wait unencoded for the socket (the outbox counts each as its header and the bitrate's share)."""
+    firsts: list[float] = []  # the first sample of each frame encoded
+    encode = _OpusCodec.encode
+    monkeypatch.setattr(_OpusCodec, "encode", lambda codec, frame: firsts.append(frame[0]) or encode(codec, frame))
+    out = AudioOut(OutputSettings(format="opus", sample_rate=48000, bitrate=32000), 48000, handle=1)
+    frames = out.push(np.arange(7680, dtype=np.float32) / 7680, 0)
+    assert len(frames) == 7 and not firsts
+    pending = frames[1][1]
+    assert isinstance(pending, OpusFrame) and len(pending) == HEADER.size + 32000 * 20 // 8000
+    header, payload = FrameHeader.unpack(pending.encode())
+    assert header.seq == 1 and payload and firsts == [960 / 7680]

@@ -6,7 +6,7 @@ import numpy as np
 import opuslib
 import pytest
 
-from wsserver.audio import AudioOut, mulaw_encode
+from wsserver.audio import AudioOut, mulaw_encode, wire
 from wsserver.client.decode import (
     MulawDecoder,
     OpusDecoder,
@@ -42,7 +42,7 @@ def test_opus_decoding_drops_the_pre_skip_so_audio_lines_up_with_the_timeline(ra
     decoder.codec_header(codec)
     pcm, starts = [], []
     for _, data in frames:
-        header, payload = FrameHeader.unpack(data)
+        header, payload = FrameHeader.unpack(wire(data))
         chunk, start_s = decoder.decode(payload, header.pts)
         pcm.append(chunk)
         starts.append(start_s)
