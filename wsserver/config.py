@@ -237,6 +237,9 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         parser.error("--pacing-margin-ms and --pacing-max-hold-ms must be >= 0")
     if not 0 <= args.opus_complexity <= 10:
         parser.error(f"--opus-complexity must be 0-10, not {args.opus_complexity}")
+    if not args.static_dir.is_dir():
+        # Checked here, once: every worker would otherwise fail to start on it and be started again, endlessly.
+        parser.error(f"--static-dir {args.static_dir} is not a directory")
     if args.max_loras < 0 or args.max_lora_rank < 1:
         parser.error("--max-loras must be >= 0 and --max-lora-rank >= 1")
     if args.max_loras and len(loras) > args.max_loras:

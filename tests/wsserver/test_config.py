@@ -129,3 +129,10 @@ def test_default_workers_scale_with_the_engines(
     monkeypatch.setattr(config, "available_cores", lambda: cores)
     assert parse_args(["--devices", devices]).worker_count() == workers
     assert parse_args(["--devices", devices, "--workers", "3"]).worker_count() == 3
+
+
+def test_a_missing_static_dir_is_refused_at_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--static-dir", str(tmp_path / "nowhere")])
+    assert f"--static-dir {tmp_path / 'nowhere'} is not a directory" in capsys.readouterr().err
+    assert parse_args(["--static-dir", str(tmp_path)]).static_dir == tmp_path
