@@ -39,7 +39,8 @@ is counted in `sessions_failed` and left out of every other figure, which are ov
 - `server_ttfa_ms_p50`, `server_queue_ms_p50`, `server_rtf_p50`: the server's own figures from `context.done`;
 - `audio_s`, `wall_s`, `xrt`: audio delivered to all sessions (counted from the frames), from the start to the last
   `context.done`, and their ratio (aggregate xRT); `audio_s_per_session`; `server_audio_s`: the audio the server
-  says it sent (`context.done`'s `audio_ms`), which `audio_s` must equal;
+  says it sent (`context.done`'s `audio_ms`), which `audio_s` must equal; `started_monotonic_s`: when the speaking
+  started on the host's monotonic clock, which the engines' step traces (`--server-args="--step-trace-dir DIR"`) use;
 - `worker_connections`: each worker's sessions once all are connected, fewest first (one number for a server in one
   process); the supervisor deals a new connection to the worker with the fewest open;
 - `cpu`: CPU over the measurement window (`window_s`, the same span as `wall_s`), per role: `client` (the client
@@ -414,6 +415,7 @@ class Clients:
 class Level:
     results: list[SessionResult]  # the sessions that finished (context.done)
     failures: list[Failure]  # the others
+    started: float  # when the first session started to speak (time.monotonic(), the clock of engine step traces)
     wall_s: float  # from the start of the speaking to the last session's end
     client_cpu_s: list[float]  # per client process, meanwhile: one near wall_s, the clients would be the bottleneck
     server_cpu: tuple[dict[int, float | None], dict[int, float | None]]  # per process, at the start and the end
@@ -456,6 +458,7 @@ async def run_level(
     return Level(
         results=[o for o in outcomes if isinstance(o, SessionResult)],
         failures=[o for o in outcomes if isinstance(o, Failure)],
+        started=min(share.started for share in done),
         wall_s=max(share.ended for share in done) - min(share.started for share in done),
         client_cpu_s=[share.cpu_s for share in done],
         server_cpu=server_cpu,
@@ -615,6 +618,7 @@ def result_line(
         "audio_s": round(audio, 2),
         "audio_s_per_session": round(audio / len(results), 2) if results else None,
         "server_audio_s": round(sum(r.done.audio_ms for r in results) / 1000, 2),
+        "started_monotonic_s": round(level.started, 3),
         "wall_s": round(level.wall_s, 2),
         "xrt": round(audio / level.wall_s, 2),
         "client_cpu_s": round(sum(level.client_cpu_s), 2),

@@ -4,9 +4,11 @@ The model is the family's ModelRunner (engine/models/family.py), picked from the
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -42,6 +44,7 @@ class EngineCore:
         self.num_steps = 0
         self.step_ms_avg = 0.0
         self.batch_size_avg = 0.0
+        self.trace = _open_trace(config.step_trace)
         for name, directory in config.loras:
             self.load_lora(name, self.read_lora(directory))
 
@@ -161,6 +164,10 @@ class EngineCore:
         ]
         seconds = self.clock() - start
         self._record(len(batch), seconds)
+        if self.trace is not None:
+            line = {"t": round(start, 4), "ms": round(seconds * 1e3, 2), "batch": len(batch)}
+            line |= {"admitted": len(admitted), "positions": sum(admitted), "waiting": len(self.scheduler.waiting)}
+            self.trace.write(json.dumps(line) + "\n")
         if self.pacer is not None:
             self.pacer.record(len(batch) - len(admitted), sum(admitted), seconds)
         return chunks
@@ -198,3 +205,10 @@ class EngineCore:
             return self.runner.encode_audio(wav, padding)
         except ValueError as exc:
             raise EngineError(f"cannot encode audio: {exc}") from exc
+
+
+def _open_trace(path: str) -> TextIO | None:
+    if not path:
+        return None
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a", buffering=1)  # line-buffered: a killed engine's trace ends at its last whole step

@@ -76,6 +76,7 @@ class ServerConfig:
     pace_admissions: bool = False  # admit only what the playing streams' buffered audio can spare (EngineConfig)
     pacing_margin_ms: float = 50.0  # audio a stream keeps in hand when admissions are paced (EngineConfig)
     pacing_max_hold_ms: float = 500.0  # paced admissions: the longest the queue's head is held (EngineConfig)
+    step_trace_dir: Path | None = None  # each engine N writes a JSON line per step to DIR/engine-N.jsonl (EngineConfig)
     carry_s: float = 3.0  # audio carried from one segment to the next for voice continuity
     # libopus's effort per frame, 0-10: its encoder is most of the workers' CPU at scale, and 5 costs about half of 10.
     opus_complexity: int = 10
@@ -121,8 +122,11 @@ class ServerConfig:
         engines = len(self.engine_devices())
         return max(1, min(WORKERS_PER_ENGINE * engines, available_cores() - engines - 1))
 
-    def engine_config(self, model: str, device: str, loras: tuple[tuple[str, str], ...]) -> EngineConfig:
-        """The configuration of one engine: the server's engine settings, on `device`, with its start-up adapters."""
+    def engine_config(
+        self, model: str, device: str, loras: tuple[tuple[str, str], ...], index: int = 0
+    ) -> EngineConfig:
+        """Engine `index`'s configuration: the server's engine settings, on `device`, with its start-up adapters."""
+        trace = "" if self.step_trace_dir is None else str(self.step_trace_dir / f"engine-{index}.jsonl")
         return EngineConfig(
             model=model,
             device=device,
@@ -138,6 +142,7 @@ class ServerConfig:
             max_loras=self.lora_slots(),
             max_lora_rank=self.max_lora_rank,
             loras=loras,
+            step_trace=trace,
         )
 
     def client_limits(self) -> ClientLimits:
@@ -197,6 +202,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("pace-admissions", _switch, defaults.pace_admissions, "on: a step admits what playing streams can spare")
     option("pacing-margin-ms", float, defaults.pacing_margin_ms, "paced admissions: audio each stream keeps in hand")
     option("pacing-max-hold-ms", float, defaults.pacing_max_hold_ms, "paced admissions: longest hold of the queue")
+    option("step-trace-dir", Path, defaults.step_trace_dir, "each engine writes a line per step to DIR/engine-N.jsonl")
     option("carry-s", float, defaults.carry_s, "seconds of audio carried between segments of a context")
     option("opus-complexity", int, defaults.opus_complexity, "libopus encoder complexity, 0-10 (lower: less CPU)")
     option("voices-dir", Path, defaults.voices_dir, "NAME.wav + NAME.txt prompt voices")
@@ -266,6 +272,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         pace_admissions=args.pace_admissions,
         pacing_margin_ms=args.pacing_margin_ms,
         pacing_max_hold_ms=args.pacing_max_hold_ms,
+        step_trace_dir=args.step_trace_dir,
         carry_s=args.carry_s,
         opus_complexity=args.opus_complexity,
         voices_dir=args.voices_dir,

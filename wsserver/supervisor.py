@@ -134,7 +134,7 @@ class Supervisor:
             shutil.rmtree(self.runtime, ignore_errors=True)
 
     def _start_engine(self, index: int, model: str, device: str, gpu: str | None) -> tuple[SpawnProcess, Connection]:
-        config = self.config.engine_config(model, device, self.loras)
+        config = self.config.engine_config(model, device, self.loras, index)
         ours, theirs = _spawn.Pipe()
         process = _spawn.Process(
             target=_engine_main, args=(config, self.engine_paths[index], theirs, gpu), name=f"engine-{index}"

@@ -35,14 +35,17 @@ REPO = Path(__file__).resolve().parents[2]
 HELLO = {"formats": ["pcm_s16le", "pcm_f32le", "opus", "mulaw"], "sample_rates": [8000, 16000, 24000, 48000]}
 
 
-def test_two_sessions_in_each_format_report_latency_audio_and_cpu(tiny_checkpoint: Callable[..., Path]) -> None:
+def test_two_sessions_in_each_format_report_latency_audio_and_cpu(
+    tiny_checkpoint: Callable[..., Path], tmp_path: Path
+) -> None:
     checkpoint = tiny_checkpoint("voxcpm2", stop=False)  # every segment runs to its cap: lengths are known
+    server_args = f"--pace-admissions off --coalesce-ms 2 --step-trace-dir {tmp_path}"
     command = [
         *(sys.executable, str(REPO / "benchmarks" / "ws_latency.py"), "--model", str(checkpoint)),
         *("--sessions", "2", "--workers", "2", "--max-patches", "8"),
         # One word, sent at once and ended: one segment per context, however the machine's load times the appends.
         *("--text", "Morning.", "--format", "pcm_s16le", "opus", "mulaw"),
-        "--server-args=--pace-admissions off --coalesce-ms 2",  # flags the server it starts takes
+        f"--server-args={server_args}",  # flags the server it starts takes
     ]
     run = subprocess.run(
         command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, timeout=300, check=False
@@ -61,7 +64,7 @@ def test_two_sessions_in_each_format_report_latency_audio_and_cpu(tiny_checkpoin
         assert line["sessions_finished"] == 2 and line["sessions_failed"] == {} and line["killed_engine"] is None
         [engine] = line["engines_detail"]
         assert engine["segments"] == 2 and engine["healthy"] and line["engine_spread_pct"] is None
-        assert line["server_args"] == "--pace-admissions off --coalesce-ms 2"
+        assert line["server_args"] == server_args
         latency = line["first_text_to_first_frame_ms"]
         assert 0 < latency["p50"] <= latency["p90"] <= latency["p95"] <= latency["p99"] <= latency["max"]
         # Counted from the packets (Opus: their TOC bytes), the audio is what the server sent, and as long in
@@ -79,6 +82,12 @@ def test_two_sessions_in_each_format_report_latency_audio_and_cpu(tiny_checkpoin
             assert 0 <= figures["cpu_s_max"] <= figures["cpu_s"] and 0 <= figures["util_max"] <= figures["util"]
         engines = cpu["engines"]
         assert engines["util"] == pytest.approx(engines["cpu_s"] / cpu["window_s"], rel=0.05)  # of rounded figures
+    # The engine's step trace and the levels share a clock: each level's window holds its 2 x 8 patches' steps.
+    steps = [orjson.loads(step) for step in (tmp_path / "engine-0.jsonl").read_bytes().splitlines()]
+    for line in lines:
+        start, end = line["started_monotonic_s"], line["started_monotonic_s"] + line["wall_s"]
+        within = [step for step in steps if start <= step["t"] <= end]
+        assert sum(step["batch"] for step in within) == 16 and sum(step["admitted"] for step in within) == 2
 
 
 def run_script(*argv: str) -> list[dict]:

@@ -1,3 +1,4 @@
+import json
 from collections import defaultdict
 
 import numpy as np
@@ -47,6 +48,20 @@ def test_streams_chunks_to_the_length_cap(checkpoint):
         assert chunk.latents.shape == (info.patch_size, info.feat_dim)
         assert np.isfinite(chunk.samples).all()
     assert core.stats().kv_blocks_free == core.stats().kv_blocks_total
+
+
+def test_step_trace_has_a_line_per_step_with_its_admissions(checkpoint, tmp_path):
+    trace = tmp_path / "trace" / "engine-0.jsonl"
+    core = EngineCore(engine_config(checkpoint, step_trace=str(trace)))
+    for request_id in ("a", "b"):
+        core.add_request(make_request(request_id, max_patches=3))
+    prompts = sum(seq.num_prompt for seq in core.scheduler.waiting)
+    run_until_idle(core)
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [line["batch"] for line in lines] == [2, 2, 2]
+    assert [(line["admitted"], line["positions"]) for line in lines] == [(2, prompts), (0, 0), (0, 0)]
+    assert all(line["waiting"] == 0 and line["ms"] > 0 for line in lines)
+    assert lines[0]["t"] + lines[0]["ms"] / 1e3 <= lines[1]["t"] + 1e-4  # the host's monotonic clock, step by step
 
 
 def test_text_length_cap_and_engine_cap(checkpoint):

@@ -106,6 +106,13 @@ def test_fp8_gemms_flag_reaches_the_engine() -> None:
     assert parse_args([], {"TTSWS_FP8_GEMMS": "on"}).fp8_gemms
 
 
+def test_step_trace_dir_gives_each_engine_its_file(tmp_path: Path) -> None:
+    assert parse_args([], {}).engine_config("m", "cpu", ()).step_trace == ""
+    config = parse_args(["--step-trace-dir", str(tmp_path)], {})
+    assert config.engine_config("m", "cuda", (), index=1).step_trace == str(tmp_path / "engine-1.jsonl")
+    assert config.engine_config("m", "cuda", ()).step_trace == str(tmp_path / "engine-0.jsonl")
+
+
 def test_first_chunk_hold_flag() -> None:
     assert parse_args([], {}).engine_config("m", "cpu", ()).first_chunk_hold_positions == 0
     config = parse_args(["--first-chunk-hold-positions", "1024"], {})
