@@ -32,7 +32,7 @@ class EngineConfig:
     # positions (queued, or arrived and not yet queued): such a step outlasts the one patch a stream that has just
     # started holds, so its player would run dry right after the first patch (a burst's early arrivals, admitted a
     # step before the rest). The held stream starts a step later with two patches in hand. 0: never hold (the
-    # default here and in the server: measured, it did not cut starvation; README, "End to end over the WebSocket").
+    # default of an engine used alone; the server's is 1024: wsserver.config says why).
     first_chunk_hold_positions: int = 0
     max_buffered_chunks: int = 32  # a request whose consumer lags this far is paused (no engine work)
     # A file that gets one JSON line per step (when it started on the host's monotonic clock, how long it took, its

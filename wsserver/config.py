@@ -67,11 +67,12 @@ class ServerConfig:
     coalesce_ms: float = 5.0
     coalesce_max_ms: float = 150.0
     # A stream's first chunk waits for its second while the next engine step is due to admit more than this many
-    # prompt positions (EngineConfig): such a step (~30 us a position on an H100 at batch) outlasts the 160 ms a
-    # stream that has just started holds. Off (0) by default: on two H100s, 512 Opus sessions, 1024 starved 97
-    # sessions where off starved 14; on one H200 (Opus complexity 5) it starved none where off starved 201 (one run
-    # each, different calls; README, "End to end over the WebSocket").
-    first_chunk_hold_positions: int = 0
+    # prompt positions (EngineConfig): such a step outlasts the 140 ms a stream that has just started holds. A burst
+    # of more prompt positions than one step admits (max_prefill_tokens) always comes in two waves, and the step that
+    # admits the second is that long (engine step traces on one H200, 512 sessions of 21-position prompts: 390 then
+    # 122 admitted, the second step 141-207 ms). There, in one call, 512 PCM sessions starved none with 1024 where
+    # four runs without starved 218-393 (README, "End to end over the WebSocket"); 0 turns the hold off.
+    first_chunk_hold_positions: int = 1024
     fp8_gemms: bool = False  # VoxCPM: the LocDiT's GEMMs in FP8 (EngineConfig)
     pace_admissions: bool = False  # admit only what the playing streams' buffered audio can spare (EngineConfig)
     pacing_margin_ms: float = 50.0  # audio a stream keeps in hand when admissions are paced (EngineConfig)

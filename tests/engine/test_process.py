@@ -4,9 +4,11 @@ cancel, back-pressure, a worker that goes away, and an engine process that dies 
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing
 import os
 import signal
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +20,7 @@ import pytest
 
 from engine import EngineError, FinishReason, GenerationParams, GenerationRequest, Prompt
 from engine.client import EngineClient
-from engine.process import run
+from engine.process import SWITCH_INTERVAL_S, run, settle_for_serving
 from tests.engine.helpers import engine_config
 
 TIMEOUT = 60
@@ -150,3 +152,13 @@ async def test_an_engine_process_that_dies_fails_its_requests(tiny_checkpoint: C
         with pytest.raises(EngineError):
             await collect(client, request("later"))
         await client.close()
+
+
+def test_settling_for_serving_freezes_the_heap_and_hands_the_gil_over_sooner() -> None:
+    interval = sys.getswitchinterval()
+    try:
+        settle_for_serving()
+        assert gc.get_freeze_count() > 0 and sys.getswitchinterval() == SWITCH_INTERVAL_S < interval
+    finally:
+        gc.unfreeze()
+        sys.setswitchinterval(interval)

@@ -114,9 +114,9 @@ def test_step_trace_dir_gives_each_engine_its_file(tmp_path: Path) -> None:
 
 
 def test_first_chunk_hold_flag() -> None:
-    assert parse_args([], {}).engine_config("m", "cpu", ()).first_chunk_hold_positions == 0
-    config = parse_args(["--first-chunk-hold-positions", "1024"], {})
-    assert config.engine_config("m", "cpu", ()).first_chunk_hold_positions == 1024
+    assert parse_args([], {}).engine_config("m", "cpu", ()).first_chunk_hold_positions == 1024
+    config = parse_args(["--first-chunk-hold-positions", "0"], {})
+    assert config.engine_config("m", "cpu", ()).first_chunk_hold_positions == 0
     with pytest.raises(SystemExit):
         parse_args(["--first-chunk-hold-positions", "-1"], {})
 
