@@ -59,6 +59,7 @@ class ServerConfig:
     max_connections: int = 256
     max_num_seqs: int = 64  # engine slots: segments generating at once; more wait in the server's FIFO
     max_patches: int = 2000  # absolute cap on patches per segment
+    max_prefill_tokens: int = 8192  # prompt positions an engine step admits (EngineConfig)
     # Idle engine: admit a burst once no request arrived for coalesce_ms, at most coalesce_max_ms after its first
     # (EngineConfig). Wider than the engine's own defaults (1, 20): a burst of sessions reaches the engine through the
     # workers' segmenters and IPC, spread over tens of ms with gaps of a few. Cut in two, its first wave starts
@@ -133,6 +134,7 @@ class ServerConfig:
             device=device,
             max_num_seqs=self.max_num_seqs,
             max_patches=self.max_patches,
+            max_prefill_tokens=self.max_prefill_tokens,
             coalesce_ms=self.coalesce_ms,
             coalesce_max_ms=self.coalesce_max_ms,
             first_chunk_hold_positions=self.first_chunk_hold_positions,
@@ -191,6 +193,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("max-connections", int, defaults.max_connections, "WebSocket sessions; more get HTTP 503")
     option("max-num-seqs", int, defaults.max_num_seqs, "engine slots (segments generating at once)")
     option("max-patches", int, defaults.max_patches, "cap on generated patches per segment")
+    option("max-prefill-tokens", int, defaults.max_prefill_tokens, "prompt positions one engine step admits")
     option("coalesce-ms", float, defaults.coalesce_ms, "idle engine: admit a burst once nothing arrived for this long")
     option("coalesce-max-ms", float, defaults.coalesce_max_ms, "idle engine: the longest the first arrival waits")
     option(
@@ -236,6 +239,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         loras = tuple(parse_specs(args.lora))
     except SourceError as exc:
         parser.error(f"--lora: {exc}")
+    if args.max_prefill_tokens < 1:
+        parser.error("--max-prefill-tokens must be >= 1")
     if args.first_chunk_hold_positions < 0:
         parser.error("--first-chunk-hold-positions must be >= 0")
     if not 0 <= args.coalesce_ms <= args.coalesce_max_ms:
@@ -266,6 +271,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         max_connections=args.max_connections,
         max_num_seqs=args.max_num_seqs,
         max_patches=args.max_patches,
+        max_prefill_tokens=args.max_prefill_tokens,
         coalesce_ms=args.coalesce_ms,
         coalesce_max_ms=args.coalesce_max_ms,
         first_chunk_hold_positions=args.first_chunk_hold_positions,

@@ -113,6 +113,14 @@ def test_step_trace_dir_gives_each_engine_its_file(tmp_path: Path) -> None:
     assert config.engine_config("m", "cuda", ()).step_trace == str(tmp_path / "engine-0.jsonl")
 
 
+def test_max_prefill_tokens_flag_reaches_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args([], {}).engine_config("m", "cpu", ()).max_prefill_tokens == 8192
+    assert parse_args(["--max-prefill-tokens", "16384"], {}).engine_config("m", "cpu", ()).max_prefill_tokens == 16384
+    with pytest.raises(SystemExit):
+        parse_args(["--max-prefill-tokens", "0"], {})
+    assert "--max-prefill-tokens must be >= 1" in capsys.readouterr().err
+
+
 def test_first_chunk_hold_flag() -> None:
     assert parse_args([], {}).engine_config("m", "cpu", ()).first_chunk_hold_positions == 1024
     config = parse_args(["--first-chunk-hold-positions", "0"], {})
