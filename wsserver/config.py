@@ -252,6 +252,14 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     if not args.static_dir.is_dir():
         # Checked here, once: every worker would otherwise fail to start on it and be started again, endlessly.
         parser.error(f"--static-dir {args.static_dir} is not a directory")
+    if args.step_trace_dir is not None:
+        # Checked here, once: an engine that cannot write its trace would fail to start, again and again.
+        try:
+            args.step_trace_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"--step-trace-dir {args.step_trace_dir}: {exc.strerror}")
+        if not os.access(args.step_trace_dir, os.W_OK):
+            parser.error(f"--step-trace-dir {args.step_trace_dir} is not writable")
     if args.max_loras < 0 or args.max_lora_rank < 1:
         parser.error("--max-loras must be >= 0 and --max-lora-rank >= 1")
     if args.max_loras and len(loras) > args.max_loras:

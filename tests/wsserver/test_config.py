@@ -121,6 +121,17 @@ def test_max_prefill_tokens_flag_reaches_the_engine(capsys: pytest.CaptureFixtur
     assert "--max-prefill-tokens must be >= 1" in capsys.readouterr().err
 
 
+def test_a_step_trace_dir_that_cannot_be_made_is_refused_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit):
+        parse_args(["--step-trace-dir", str(tmp_path / "file" / "trace")], {})
+    assert "--step-trace-dir" in capsys.readouterr().err
+    parse_args(["--step-trace-dir", str(tmp_path / "new" / "trace")], {})
+    assert (tmp_path / "new" / "trace").is_dir()  # made at start, parents too
+
+
 def test_first_chunk_hold_flag() -> None:
     assert parse_args([], {}).engine_config("m", "cpu", ()).first_chunk_hold_positions == 1024
     config = parse_args(["--first-chunk-hold-positions", "0"], {})
