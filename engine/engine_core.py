@@ -177,6 +177,9 @@ class EngineCore:
         self.healthy = False
         for request_id in list(self.scheduler.requests):
             self.scheduler.abort(request_id)
+        if self.trace is not None:  # no step follows
+            self.trace.close()
+            self.trace = None
 
     def _record(self, batch_size: int, seconds: float) -> None:
         first = self.num_steps == 0

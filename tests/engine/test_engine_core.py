@@ -62,6 +62,9 @@ def test_step_trace_has_a_line_per_step_with_its_admissions(checkpoint, tmp_path
     assert [(line["admitted"], line["positions"]) for line in lines] == [(2, prompts), (0, 0), (0, 0)]
     assert all(line["waiting"] == 0 and line["ms"] > 0 for line in lines)
     assert lines[0]["t"] + lines[0]["ms"] / 1e3 <= lines[1]["t"] + 1e-4  # the host's monotonic clock, step by step
+    trace_file = core.trace
+    core.fail()  # the engine's end (a stop or a failed step) closes its trace
+    assert trace_file is not None and trace_file.closed and core.trace is None
 
 
 def test_text_length_cap_and_engine_cap(checkpoint):
