@@ -4,6 +4,7 @@ The model is the family's ModelRunner (engine/models/family.py), picked from the
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from engine.lora.format import Adapter, AdapterError, read_adapter
 from engine.models.family import ModelRunner
 from engine.models.registry import load_runner
 from engine.noise import draw_seed
-from engine.outputs import AudioChunk, EngineError, EngineStats
+from engine.outputs import STEP_BUCKETS_S, AudioChunk, EngineError, EngineStats
 from engine.pacing import AdmissionPacer
 from engine.params import GenerationRequest
 from engine.scheduler import Scheduler
@@ -44,6 +45,8 @@ class EngineCore:
         self.num_steps = 0
         self.step_ms_avg = 0.0
         self.batch_size_avg = 0.0
+        self.step_counts = [0] * (len(STEP_BUCKETS_S) + 1)  # EngineStats.step_counts
+        self.step_s_total = 0.0
         self.trace = _open_trace(config.step_trace)
         for name, directory in config.loras:
             self.load_lora(name, self.read_lora(directory))
@@ -186,6 +189,8 @@ class EngineCore:
         self.num_steps += 1
         self.step_ms_avg = seconds * 1e3 if first else (1 - _EMA) * self.step_ms_avg + _EMA * seconds * 1e3
         self.batch_size_avg = batch_size if first else (1 - _EMA) * self.batch_size_avg + _EMA * batch_size
+        self.step_counts[bisect.bisect_left(STEP_BUCKETS_S, seconds)] += 1
+        self.step_s_total += seconds
 
     def stats(self) -> EngineStats:
         scheduler = self.scheduler
@@ -201,6 +206,8 @@ class EngineCore:
             batch_size_avg=self.batch_size_avg,
             healthy=self.healthy,
             loras=self.loras(),
+            step_counts=tuple(self.step_counts),
+            step_s_total=self.step_s_total,
         )
 
     def encode_audio(self, wav: np.ndarray, padding: str = "left") -> np.ndarray:

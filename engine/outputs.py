@@ -68,6 +68,11 @@ class ModelInfo:
         return "reference" in self.voice_roles
 
 
+# Upper bounds of the step-duration histogram's buckets (EngineStats.step_counts), in seconds: a step at batch is
+# tens of ms on a GPU, and one that outlasts the ~140 ms a just-started stream holds is what makes players run dry.
+STEP_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.14, 0.2, 0.3, 0.5, 1.0)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineStats:
     running: int
@@ -81,3 +86,7 @@ class EngineStats:
     batch_size_avg: float
     healthy: bool
     loras: tuple[str, ...] = ()  # names of the resident LoRA adapters
+    # Every step since the start: how many took at most each of STEP_BUCKETS_S (not cumulative; the last count is
+    # the longer ones), and their total time.
+    step_counts: tuple[int, ...] = (0,) * (len(STEP_BUCKETS_S) + 1)
+    step_s_total: float = 0.0

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine import EngineStats
+from engine.outputs import STEP_BUCKETS_S
 from wsserver.admission import ClientLimits, SlotQueue
-from wsserver.metrics import ServerMetrics
+from wsserver.metrics import Histogram, ServerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -272,7 +273,10 @@ class Coordinator:
             "ttsws_engines_healthy": sum(e["healthy"] for e in status["engines"]),
             "ttsws_workers": status["workers"],
         }
-        return metrics.render(gauges)
+        steps = Histogram(STEP_BUCKETS_S)
+        for stats in [engine.stats() for engine in self.engines]:
+            steps.add(Histogram.of(STEP_BUCKETS_S, stats.step_counts, stats.step_s_total))
+        return metrics.render(gauges, {"ttsws_engine_step_duration_seconds": steps})
 
 
 def _engine_figures(engine: EngineView, slots: int, generating: int, segments: int) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -23,6 +24,16 @@ class Histogram:
         self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
         self.sum = 0.0
         self.count = 0
+
+    @classmethod
+    def of(cls, buckets: tuple[float, ...], counts: Sequence[int], total: float) -> Histogram:
+        """A histogram counted elsewhere: `counts` per bucket (not cumulative, the last one +Inf), their sum `total`."""
+        histogram = cls(buckets)
+        if len(counts) != len(histogram.counts):
+            raise ValueError(f"{len(counts)} counts for {len(buckets)} buckets and +Inf")
+        histogram.counts = list(counts)
+        histogram.sum, histogram.count = total, sum(counts)
+        return histogram
 
     def add(self, other: Histogram) -> None:
         assert other.buckets == self.buckets
@@ -74,7 +85,9 @@ class ServerMetrics:
                     mine_counts[key] += n
         return total
 
-    def render(self, gauges: dict[str, float]) -> str:
+    def render(self, gauges: dict[str, float], histograms: Mapping[str, Histogram] | None = None) -> str:
+        """The exposition: this object's histograms and counters, then `histograms` and `gauges`, which the caller
+        computes for the whole server (names from _HISTOGRAM_HELP and _GAUGE_HELP)."""
         out: list[str] = []
 
         def family(name: str, kind: str, help_text: str, lines: list[str]) -> None:
@@ -116,10 +129,16 @@ class ServerMetrics:
             "Contexts ended, by outcome (done, cancelled, failed).",
             [f"ttsws_contexts_total{_labels({'outcome': o})} {n}" for o, n in sorted(self.contexts.items())],
         )
+        for name, histogram in sorted((histograms or {}).items()):
+            family(name, "histogram", _HISTOGRAM_HELP[name], histogram.render(name))
         for name, value in sorted(gauges.items()):
             family(name, "gauge", _GAUGE_HELP[name], [f"{name} {_number(value)}"])
         return "\n".join(out) + "\n"
 
+
+_HISTOGRAM_HELP = {
+    "ttsws_engine_step_duration_seconds": "Engine step durations since the start, all engines.",
+}
 
 _GAUGE_HELP = {
     "ttsws_sessions_active": "Open WebSocket sessions.",

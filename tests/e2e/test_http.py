@@ -64,6 +64,8 @@ async def test_probes_status_and_metrics(serve: ServeFactory) -> None:
         assert samples['ttsws_contexts_total{outcome="done"}'] == 1
         assert samples["ttsws_sessions_active"] == 1
         assert "ttsws_engine_step_seconds" in samples and "ttsws_engine_batch_size" in samples
+        steps = samples["ttsws_engine_step_duration_seconds_count"]  # the warm-up's and this context's steps
+        assert steps >= 3 and samples['ttsws_engine_step_duration_seconds_bucket{le="+Inf"}'] == steps
         await client.close()
 
 

@@ -1,3 +1,4 @@
+import bisect
 import json
 from collections import defaultdict
 
@@ -8,7 +9,7 @@ import torch
 from engine.engine_core import EngineCore
 from engine.models.family import StepResult
 from engine.models.voxcpm.vae_stream import StreamingVAEDecoder
-from engine.outputs import AudioChunk, EngineError, FinishReason
+from engine.outputs import STEP_BUCKETS_S, AudioChunk, EngineError, FinishReason
 from engine.params import GenerationParams, GenerationRequest, Prompt
 from tests.engine.helpers import FakeClock, engine_config
 
@@ -62,6 +63,13 @@ def test_step_trace_has_a_line_per_step_with_its_admissions(checkpoint, tmp_path
     assert [(line["admitted"], line["positions"]) for line in lines] == [(2, prompts), (0, 0), (0, 0)]
     assert all(line["waiting"] == 0 and line["ms"] > 0 for line in lines)
     assert lines[0]["t"] + lines[0]["ms"] / 1e3 <= lines[1]["t"] + 1e-4  # the host's monotonic clock, step by step
+    # The step-duration histogram counts the same steps: each in the bucket of its traced duration.
+    stats = core.stats()
+    expected = [0] * (len(STEP_BUCKETS_S) + 1)
+    for line in lines:
+        expected[bisect.bisect_left(STEP_BUCKETS_S, line["ms"] / 1e3)] += 1
+    assert list(stats.step_counts) == expected and sum(stats.step_counts) == stats.steps == 3
+    assert stats.step_s_total == pytest.approx(sum(line["ms"] for line in lines) / 1e3, abs=1e-4)
     trace_file = core.trace
     core.fail()  # the engine's end (a stop or a failed step) closes its trace
     assert trace_file is not None and trace_file.closed and core.trace is None
