@@ -162,6 +162,11 @@ def wire(frame: bytes | OpusFrame) -> bytes:
     return frame.encode() if isinstance(frame, OpusFrame) else frame
 
 
+def has_audio(frame: bytes | OpusFrame) -> bool:
+    """Whether a frame carries audio: every frame but the empty end marker (AudioOut.end_marker)."""
+    return isinstance(frame, OpusFrame) or len(frame) > HEADER.size
+
+
 def _encode_pcm(fmt: str, frame: np.ndarray) -> bytes:
     if fmt == "pcm_f32le":
         return frame.astype("<f4").tobytes()

@@ -478,14 +478,14 @@ class Connection:
                     self._wake_writer.clear()
                     await self._wake_writer.wait()
                     continue
-                data, text = item
-                await self.websocket.send(data, text=text)
+                await self.websocket.send(item.data, text=item.text)
                 if self.session.writable:
                     self._writable.set()
-                # One frame, then the other sessions' writers: a step's chunks reach many sessions at once, and each
-                # writer encodes its Opus frames as it sends them (OpusFrame), so every session's first frame goes
-                # out before any session's second.
-                await asyncio.sleep(0)
+                if item.ends_turn:
+                    # The other sessions' writers now: a step's chunks reach many sessions at once, and each writer
+                    # encodes its Opus frames as it sends them (OpusFrame), so a session's first frames wait only
+                    # for the few frames each session before it sends to hold TURN_CUSHION_S, not for every chunk.
+                    await asyncio.sleep(0)
         except ConnectionClosed:
             pass
 

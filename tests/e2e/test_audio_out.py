@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from tests.e2e.client import Client
 from tests.e2e.test_guarantees import check_ordering
 from tests.servers import ServeFactory, running_server
 from wsserver.audio import _OpusCodec
+from wsserver.protocol import Outgoing, Session
 
 TEXT = "Opus frames should decode to exactly the announced number of samples. "
 
@@ -68,20 +70,30 @@ async def test_pcm_and_mulaw_frames(serve: ServeFactory, fmt: str, rate: int, sa
         await client.close()
 
 
-async def test_a_steps_opus_frames_leave_a_frame_per_session_in_turn(
+async def test_a_steps_opus_chunks_leave_a_cushion_per_session_in_turn(
     tiny_checkpoint: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One engine step gives three sessions a chunk of 7 frames each. Each frame is encoded as its session's writer
-    sends it, and the writers take turns, so every session's first frame goes out before any session's second;
-    encoded on arrival, the third session's first frame waited for 14 others."""
-    encoders: list[int] = []  # whose encoder encoded each frame, in order
+    sends it, and a writer hands over to the next session's once its client holds TURN_CUSHION_S (three frames or
+    four): the first frame leaves before any other is encoded, and each session gets its cushion before the next
+    session's first frame. Turns of one frame left each player a single frame ahead; encoded on arrival, the third
+    session's first frame waited for 14 others."""
+    events: list[tuple[str, int]] = []  # ("encode", encoder) and ("send", session), in order
     encode = _OpusCodec.encode
+    next_outgoing = Session.next_outgoing
 
-    def spy(codec: _OpusCodec, frame: np.ndarray) -> bytes:
-        encoders.append(id(codec))
+    def spy_encode(codec: _OpusCodec, frame: np.ndarray) -> bytes:
+        events.append(("encode", id(codec)))
         return encode(codec, frame)
 
-    monkeypatch.setattr(_OpusCodec, "encode", spy)
+    def spy_next(session: Session, now: float) -> Outgoing | None:
+        item = next_outgoing(session, now)
+        if item is not None and not item.text:
+            events.append(("send", id(session)))
+        return item
+
+    monkeypatch.setattr(_OpusCodec, "encode", spy_encode)
+    monkeypatch.setattr(Session, "next_outgoing", spy_next)
     # A wide burst window: the three segments are admitted in one step, so their first chunks arrive together.
     config = EngineConfig(
         model=str(tiny_checkpoint("voxcpm2", stop=False)), device="cpu", max_patches=2, coalesce_ms=500,
@@ -101,4 +113,8 @@ async def test_a_steps_opus_frames_leave_a_frame_per_session_in_turn(
     finally:
         await engine.close()
     assert engine.stats().batch_size_avg > 1  # (the warm-up's step counts too) the three shared steps
-    assert len(set(encoders[:3])) == 3, encoders[:8]
+    encoders = [who for what, who in events if what == "encode"]
+    runs = [len(list(run)) for _, run in itertools.groupby(encoders)]
+    first_turns = encoders[: sum(runs[:3])]
+    assert len(set(first_turns)) == 3 and all(3 <= run <= 4 for run in runs[:3]), runs
+    assert events[1][0] == "send", events[:4]  # the first frame left before the second was encoded

@@ -28,8 +28,7 @@ def drain(session: Session, now: float = 0.0) -> list[dict | FrameHeader]:
     """Everything queued for the socket: JSON messages as dicts, binary frames as their headers."""
     out = []
     while (item := session.next_outgoing(now)) is not None:
-        data, text = item
-        out.append(orjson.loads(data) if text else FrameHeader.unpack(data)[0])
+        out.append(orjson.loads(item.data) if item.text else FrameHeader.unpack(item.data)[0])
     return out
 
 
@@ -134,6 +133,24 @@ def test_conditioning_the_model_does_not_take_is_refused_and_nothing_is_created(
     assert voxcpm.defaults.language == ""  # the refused update changed nothing
 
 
+def test_a_writer_keeps_its_turn_until_the_player_holds_the_cushion() -> None:
+    """Audio frames end the writer's turn only once the client's player holds TURN_CUSHION_S of what was handed out
+    (a player that starts at its first frame and waits when it runs dry); other frames always do."""
+    session = make_session()
+    send(session, type="context.create", ctx="a", text=TEXT)
+    session.actions()
+    session.segment_admitted("a", 0.0)
+    session.segment_audio("a", np.concatenate([PATCH, PATCH]), 0.0)  # 15 whole frames of 20 ms, the 16th waits
+    while (item := session.next_outgoing(0.0)) is not None and item.text:
+        assert item.ends_turn  # the server's messages
+    assert item is not None
+    items = [item.ends_turn] + [session.next_outgoing(0.0).ends_turn for _ in range(3)]
+    assert items == [False, False, True, True]  # 60 ms in hand after the third frame, all sent at once
+    later = [session.next_outgoing(0.07).ends_turn for _ in range(2)]  # 10 ms held at 70 ms: 30, then 50 ms
+    assert later == [False, False] and session.next_outgoing(0.07).ends_turn  # 70 ms
+    assert not session.next_outgoing(0.5).ends_turn  # it ran dry meanwhile: the player waited, and holds 20 ms
+
+
 def test_cancel_fence_drops_frames_not_yet_sent() -> None:
     session = make_session()
     drain(session)
@@ -142,7 +159,7 @@ def test_cancel_fence_drops_frames_not_yet_sent() -> None:
     session.segment_admitted("a", 0.0)
     session.segment_audio("a", PATCH, 0.0)
     out = [session.next_outgoing(0.0) for _ in range(4)]  # context.created, segment.started, seq 0, seq 1
-    assert out[-1] is not None and FrameHeader.unpack(out[-1][0])[0].seq == 1
+    assert out[-1] is not None and FrameHeader.unpack(out[-1].data)[0].seq == 1
     send(session, type="context.cancel", ctx="a")
     assert session.actions() == [AbortSegment("a")]
     rest = drain(session)

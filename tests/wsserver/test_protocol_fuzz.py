@@ -363,7 +363,7 @@ class Harness:
                 if self.close is not None:
                     self.gone = True  # the close handshake
                 return
-            self.client.read(*item)
+            self.client.read(item.data, item.text)
             count = None if count is None else count - 1
 
     # -- steps
