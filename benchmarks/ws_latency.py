@@ -59,7 +59,9 @@ is counted in `sessions_failed` and left out of every other figure, which are ov
   `generating` in /status just before (`running_at_kill`, `generating_at_kill`: at most that many contexts fail;
   a segment it had not made audio for yet moves to an engine left),
   `segments_granted_before_kill` (during the level) and `ready_after` (/ready's HTTP status after the level: 200
-  while an engine serves).
+  while an engine serves);
+- `opus_frames`: the Opus frames the server encoded during the level, by encoder complexity (`{"10": 9000, "6": 600}`:
+  a busy worker lowers it, wsserver/opus_load.py), from /metrics before and after.
 
 `--server-args='--pace-admissions off'` passes more flags to the server it starts (an A/B of one engine setting); each
 line repeats them (`server_args`).
@@ -83,6 +85,7 @@ import contextlib
 import functools
 import multiprocessing
 import os
+import re
 import resource
 import shlex
 import signal
@@ -492,6 +495,16 @@ async def server_status(base: str) -> dict[str, Any]:
     return (await asyncio.to_thread(get_json, base + "/status"))[1]
 
 
+OPUS_FRAMES = re.compile(r'^ttsws_opus_frames_total\{complexity="(\d+)"\} (\S+)$', re.MULTILINE)
+
+
+def get_opus_frames(base: str) -> Counter[str]:
+    """The server's Opus frames encoded so far, by complexity (/metrics)."""
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return Counter({level: int(float(n)) for level, n in OPUS_FRAMES.findall(text)})
+
+
 async def wait_disconnected(base: str) -> dict[str, Any]:
     """Sessions of the previous level must be gone from the server before the next level counts against
     max_connections; the status that says so."""
@@ -575,7 +588,7 @@ def result_line(
     server: dict[str, Any],
 ) -> dict[str, Any]:
     """`server`: what was seen of the server during the level: its `model`, process `roles`, the /status `before`
-    and `after` it, its `samples` and what was `killed` (None)."""
+    and `after` it, its `samples`, what was `killed` (None) and the `opus_frames` encoded, by complexity."""
     results = level.results
     first = [1000 * r.first_frame_s for r in results]
     worst = [1000 * r.worst_gap_s for r in results]
@@ -627,6 +640,7 @@ def result_line(
         "engines_detail": detail,
         "engine_spread_pct": spread_pct([engine["segments"] for engine in detail]),
         "killed_engine": server["killed"],
+        "opus_frames": server["opus_frames"],
     }
 
 
@@ -679,6 +693,7 @@ async def measure_level(
     # last level's and of these /status requests before the burst, as it would after a moment without traffic.
     await asyncio.sleep(0.3)
     before = await server_status(base)
+    opus_before = await asyncio.to_thread(get_opus_frames, base)
     roles = server_roles(before, supervisor)  # a worker that died meanwhile came back with another pid
     pids = sorted({pid for members in roles.values() for pid in members})
     start: asyncio.Future[float] = asyncio.get_running_loop().create_future()
@@ -711,7 +726,9 @@ async def measure_level(
     if killed:
         killed["ready_after"] = (await asyncio.to_thread(get_json, base + "/ready"))[0]
     after = await server_status(base)
+    opus_frames = await asyncio.to_thread(get_opus_frames, base) - opus_before
     server = {"model": model, "roles": roles, "before": before, "after": after, "samples": samples}
+    server["opus_frames"] = dict(sorted(opus_frames.items(), key=lambda item: -int(item[0])))
     server["killed"] = killed or None
     return result_line(args, setting, sessions, level, server)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ from wsserver.frames import (
     FrameHeader,
 )
 from wsserver.messages import OutputSettings
+from wsserver.opus_load import OpusComplexity
 
 
 @functools.cache
@@ -119,10 +121,12 @@ def mulaw_encode(x: np.ndarray) -> bytes:
 
 
 class _OpusCodec:
-    def __init__(self, rate: int, frame_samples: int, bitrate: int, complexity: int) -> None:
+    def __init__(self, rate: int, frame_samples: int, bitrate: int, complexity: OpusComplexity) -> None:
         self.encoder = opuslib.Encoder(rate, 1, opuslib.APPLICATION_AUDIO)
         self.encoder.bitrate = bitrate
-        self.encoder.complexity = complexity
+        self.complexity = complexity
+        self._level = complexity.level
+        self.encoder.complexity = self._level
         self.rate, self.frame_samples = rate, frame_samples
 
     def header(self) -> bytes:
@@ -131,7 +135,15 @@ class _OpusCodec:
         return b"OpusHead" + struct.pack("<BBHIhB", 1, 1, pre_skip, self.rate, 0, 0)
 
     def encode(self, frame: np.ndarray) -> bytes:
-        return self.encoder.encode_float(frame.tobytes(), self.frame_samples)
+        """One frame's packet, at the front end's complexity now (wsserver.opus_load), whose cost it is told."""
+        level = self.complexity.level
+        if level != self._level:
+            self.encoder.complexity = self._level = level
+        start = time.perf_counter()
+        packet = self.encoder.encode_float(frame.tobytes(), self.frame_samples)
+        end = time.perf_counter()
+        self.complexity.encoded(end - start, end)
+        return packet
 
 
 @dataclass(slots=True)
@@ -183,15 +195,19 @@ class AudioOut:
     segment is held back until the segment ends or more audio comes, because only then are its flags known.
     """
 
-    def __init__(self, output: OutputSettings, native_rate: int, handle: int, opus_complexity: int = 10) -> None:
+    def __init__(
+        self, output: OutputSettings, native_rate: int, handle: int, opus_complexity: OpusComplexity | None = None
+    ) -> None:
         assert output.sample_rate is not None, "resolve the output settings first"
         self.format, self.rate, self.handle = output.format, output.sample_rate, handle
         self.frame_samples = self.rate * output.frame_ms // 1000
         clock = OPUS_CLOCK if self.format == "opus" else self.rate
         self.pts_step = self.frame_samples * clock // self.rate
         self.resampler = Resampler(native_rate, self.rate)
-        opus = self.format == "opus"
-        self.opus = _OpusCodec(self.rate, self.frame_samples, output.bitrate, opus_complexity) if opus else None
+        self.opus: _OpusCodec | None = None
+        if self.format == "opus":
+            complexity = opus_complexity or OpusComplexity(10, 10)  # no front end's governor: 10, fixed
+            self.opus = _OpusCodec(self.rate, self.frame_samples, output.bitrate, complexity)
         self._opus_bytes = output.bitrate * output.frame_ms // 8000  # a frame's packet at the target bitrate
         self._pending = np.zeros(0, np.float32)
         self.next_seq = 0

@@ -81,7 +81,9 @@ class ServerConfig:
     step_trace_dir: Path | None = None  # each engine N writes a JSON line per step to DIR/engine-N.jsonl (EngineConfig)
     carry_s: float = 3.0  # audio carried from one segment to the next for voice continuity
     # libopus's effort per frame, 0-10: its encoder is most of the workers' CPU at scale, and 5 costs about half of 10.
+    # A worker short of CPU lowers it for its streams, down to opus_min_complexity (wsserver.opus_load).
     opus_complexity: int = 10
+    opus_min_complexity: int = 4
     voices_dir: Path | None = None
     voices_store: Path = DEFAULT_VOICES_STORE
     max_voices: int = 1000  # uploaded voices kept in the store
@@ -209,6 +211,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("step-trace-dir", Path, defaults.step_trace_dir, "each engine writes a line per step to DIR/engine-N.jsonl")
     option("carry-s", float, defaults.carry_s, "seconds of audio carried between segments of a context")
     option("opus-complexity", int, defaults.opus_complexity, "libopus encoder complexity, 0-10 (lower: less CPU)")
+    option("opus-min-complexity", int, defaults.opus_min_complexity, "the least a busy worker lowers it to")
     option("voices-dir", Path, defaults.voices_dir, "NAME.wav + NAME.txt prompt voices")
     option("voices-store", Path, defaults.voices_store, "directory of uploaded voices (may be shared by replicas)")
     option("max-voices", int, defaults.max_voices, "uploaded voices kept")
@@ -249,6 +252,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         parser.error("--pacing-margin-ms and --pacing-max-hold-ms must be >= 0")
     if not 0 <= args.opus_complexity <= 10:
         parser.error(f"--opus-complexity must be 0-10, not {args.opus_complexity}")
+    if not 0 <= args.opus_min_complexity <= 10:
+        parser.error(f"--opus-min-complexity must be 0-10, not {args.opus_min_complexity}")
     if not args.static_dir.is_dir():
         # Checked here, once: every worker would otherwise fail to start on it and be started again, endlessly.
         parser.error(f"--static-dir {args.static_dir} is not a directory")
@@ -290,6 +295,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         step_trace_dir=args.step_trace_dir,
         carry_s=args.carry_s,
         opus_complexity=args.opus_complexity,
+        opus_min_complexity=args.opus_min_complexity,
         voices_dir=args.voices_dir,
         voices_store=args.voices_store,
         max_voices=args.max_voices,

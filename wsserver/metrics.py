@@ -69,6 +69,7 @@ class ServerMetrics:
         self.errors: defaultdict[str, int] = defaultdict(int)  # by error code
         self.closes: defaultdict[int, int] = defaultdict(int)  # server-initiated closes, by close code
         self.contexts: defaultdict[str, int] = defaultdict(int)  # ended contexts, by outcome
+        self.opus_frames: defaultdict[int, int] = defaultdict(int)  # Opus frames encoded, by complexity (opus_load)
 
     @classmethod
     def merged(cls, parts: list[ServerMetrics]) -> ServerMetrics:
@@ -80,6 +81,7 @@ class ServerMetrics:
                 (total.errors, part.errors),
                 (total.closes, part.closes),
                 (total.contexts, part.contexts),
+                (total.opus_frames, part.opus_frames),
             ):
                 for key, n in theirs_counts.items():
                     mine_counts[key] += n
@@ -128,6 +130,15 @@ class ServerMetrics:
             "counter",
             "Contexts ended, by outcome (done, cancelled, failed).",
             [f"ttsws_contexts_total{_labels({'outcome': o})} {n}" for o, n in sorted(self.contexts.items())],
+        )
+        family(
+            "ttsws_opus_frames_total",
+            "counter",
+            "Opus frames encoded, by encoder complexity (a busy worker lowers it).",
+            [
+                f"ttsws_opus_frames_total{_labels({'complexity': str(c)})} {n}"
+                for c, n in sorted(self.opus_frames.items())
+            ],
         )
         for name, histogram in sorted((histograms or {}).items()):
             family(name, "histogram", _HISTOGRAM_HELP[name], histogram.render(name))

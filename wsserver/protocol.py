@@ -29,6 +29,7 @@ from wsserver.audio import AudioOut, Frame, OpusFrame, has_audio, wire
 from wsserver.errors import CLIENT_FAULTS, CloseCode, ErrorCode, ProtocolError
 from wsserver.metrics import ServerMetrics
 from wsserver.normalize import normalize
+from wsserver.opus_load import OpusComplexity
 from wsserver.segmenter import Segment, Segmenter
 
 if TYPE_CHECKING:
@@ -103,7 +104,8 @@ class SessionConfig:
     limits: Limits = field(default_factory=Limits)
     defaults: m.Settings = field(default_factory=m.Settings)
     loras: LoRACatalog = field(default_factory=NoLoRAs)
-    opus_complexity: int = 10  # libopus encoder complexity of the session's Opus contexts (ServerConfig)
+    # The front end's libopus complexity, which its Opus contexts follow (lowered under load; ServerConfig).
+    opus_complexity: OpusComplexity = field(default_factory=lambda: OpusComplexity(10, 10))
 
     @property
     def native_rate(self) -> int:

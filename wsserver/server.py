@@ -54,6 +54,7 @@ from wsserver.http import RETRY_AFTER_S, ApiError, over_capacity
 from wsserver.link import CoordinatorLink, LocalLink, SlotTicket
 from wsserver.loras import LoRAs
 from wsserver.metrics import ServerMetrics
+from wsserver.opus_load import OpusComplexity
 from wsserver.protocol import AbortSegment, CloseConnection, RunSegment, Session, SessionConfig
 from wsserver.voices import VoiceStore
 from wsserver.websocket import Upgrades
@@ -99,6 +100,10 @@ class TTSServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.metrics = ServerMetrics()  # this front end's; the coordinator adds every front end's up
+        # Its Opus streams' complexity, lowered while its loop is short of CPU; it counts their frames by complexity.
+        self.opus_complexity = OpusComplexity(
+            config.opus_complexity, config.opus_min_complexity, counts=self.metrics.opus_frames
+        )
         self.engines: list[EngineHandle] = []
         self.voices: VoiceStore | None = None
         self.link: CoordinatorLink | None = None
@@ -325,7 +330,7 @@ class Connection:
                 server.voices,
                 server.config.limits,
                 loras=LoRAs(server.engines),
-                opus_complexity=server.config.opus_complexity,
+                opus_complexity=server.opus_complexity,
             ),
             server.metrics,
             time.monotonic(),

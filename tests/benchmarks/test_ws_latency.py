@@ -71,6 +71,9 @@ def test_two_sessions_in_each_format_report_latency_audio_and_cpu(
         # every format: one segment of 8 patches per session, padded to whole 20 ms frames.
         assert line["audio_s"] == line["server_audio_s"] == pcm["audio_s"] > 0
         assert line["xrt"] == pytest.approx(line["audio_s"] / line["wall_s"], rel=0.05)  # of the rounded figures
+        # Every Opus frame that reached the clients was encoded at the default complexity, and nothing else was.
+        frames = round(line["audio_s"] / 0.02)
+        assert line["opus_frames"] == ({"10": frames} if line["format"] == "opus" else {})
         assert 0 <= line["starved_sessions"] <= 2
         cpu = line["cpu"]
         assert cpu["window_s"] == pytest.approx(line["wall_s"], abs=0.01)

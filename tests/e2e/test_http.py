@@ -44,6 +44,11 @@ async def test_probes_status_and_metrics(serve: ServeFactory) -> None:
         await client.send("context.create", ctx="m", text="Measure me. ")
         await client.send("context.end", ctx="m")
         await client.until_ended("m")
+        opus = {"format": "opus", "sample_rate": 48000}
+        await client.send("context.create", ctx="o", output=opus, text="In Opus. ")
+        await client.send("context.end", ctx="o")
+        await client.until_ended("o")
+        opus_frames = len(client.frames(client.messages("context.created", "o")[0]["handle"]))
         await client.ws.send("bad json")
         await client.until_message("error")
 
@@ -57,11 +62,13 @@ async def test_probes_status_and_metrics(serve: ServeFactory) -> None:
         status, headers, body = await http_get(running.http_url + "/metrics")
         assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
         samples = parse_prometheus(body.decode())
-        assert samples["ttsws_ttfa_seconds_count"] == 1
-        assert samples['ttsws_ttfa_seconds_bucket{le="+Inf"}'] == 1
-        assert samples["ttsws_rtf_count"] == 1
+        assert samples["ttsws_ttfa_seconds_count"] == 2
+        assert samples['ttsws_ttfa_seconds_bucket{le="+Inf"}'] == 2
+        assert samples["ttsws_rtf_count"] == 2
         assert samples['ttsws_errors_total{code="bad_json"}'] == 1
-        assert samples['ttsws_contexts_total{outcome="done"}'] == 1
+        assert samples['ttsws_contexts_total{outcome="done"}'] == 2
+        # Every Opus frame sent was encoded at the default complexity: a test server's loop is far from busy.
+        assert opus_frames > 0 and samples['ttsws_opus_frames_total{complexity="10"}'] == opus_frames
         assert samples["ttsws_sessions_active"] == 1
         assert "ttsws_engine_step_seconds" in samples and "ttsws_engine_batch_size" in samples
         steps = samples["ttsws_engine_step_duration_seconds_count"]  # the warm-up's and this context's steps

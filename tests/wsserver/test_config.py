@@ -78,11 +78,17 @@ def test_opus_complexity_flag() -> None:
     assert parse_args(["--opus-complexity", "0"], {"TTSWS_OPUS_COMPLEXITY": "5"}).opus_complexity == 0
 
 
+def test_opus_min_complexity_flag() -> None:
+    assert parse_args([], {}).opus_min_complexity == 4  # a busy worker goes no lower
+    assert parse_args(["--opus-min-complexity", "10"], {}).opus_min_complexity == 10  # fixed at 10
+
+
+@pytest.mark.parametrize("flag", ["--opus-complexity", "--opus-min-complexity"])
 @pytest.mark.parametrize("value", ["11", "-1"])
-def test_bad_opus_complexity(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_opus_complexity(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        parse_args(["--opus-complexity", value], {})
-    assert f"--opus-complexity must be 0-10, not {value}" in capsys.readouterr().err
+        parse_args([flag, value], {})
+    assert f"{flag} must be 0-10, not {value}" in capsys.readouterr().err
 
 
 def test_coalesce_flags_reach_the_engine() -> None:

@@ -29,10 +29,14 @@ def test_the_workers_metrics_add_up() -> None:
     a.errors["bad_json"] += 1
     b.errors["bad_json"] += 2
     b.closes[4408] += 1
+    a.opus_frames[10] += 5
+    b.opus_frames[10] += 1
+    b.opus_frames[4] += 2
     total = ServerMetrics.merged([pickle.loads(pickle.dumps(a)), pickle.loads(pickle.dumps(b))])
     text = total.render({})
     assert "ttsws_ttfa_seconds_count 2" in text and 'ttsws_ttfa_seconds_bucket{le="0.1"} 1' in text
     assert 'ttsws_errors_total{code="bad_json"} 3' in text and 'ttsws_closes_total{code="4408"} 1' in text
+    assert 'ttsws_opus_frames_total{complexity="10"} 6' in text and 'ttsws_opus_frames_total{complexity="4"} 2' in text
     assert a.errors["bad_json"] == 1  # the parts are left as they were
 
 

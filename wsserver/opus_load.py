@@ -1,0 +1,93 @@
+"""Opus encoder complexity under load: a front end lowers it while its event loop is short of CPU, and raises it again
+once the higher level fits, as WebRTC's encoders adapt to CPU overuse. Sans-I/O but for the thread's CPU clock.
+
+libopus's encoder is most of a front end's CPU at scale (on an H200's host, 512 Opus streams at 48 kHz kept 14 workers
+83-87 % busy at complexity 10 and about a third of that at 5, and at 10 the players ran dry a frame after their first).
+The complexity is a per-frame setting of the encoder (OPUS_SET_COMPLEXITY), so every stream of a worker follows the
+worker's level from its next frame on; the bitstream stays valid whatever the level.
+
+Every WINDOW_S of encoding the governor compares the loop thread's CPU time with the wall clock. Above BUSY_HIGH it
+steps down a level, if that saves enough; below, it steps up once the loop would stay under BUSY_LOW at the level
+above, predicted from what each level's frames cost on this worker (measured; until then, RELATIVE_COST). The levels
+are the top of each of libopus's cost plateaus (0, 1-4, 5-6, 7-10: measured at 48 kHz mono, 32-64 kbit/s), so each
+step changes the cost and keeps the best quality at it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+WINDOW_S = 0.5
+BUSY_HIGH = 0.6  # the loop thread's CPU share above which the complexity steps down
+BUSY_LOW = 0.45  # the share the loop must be predicted to stay under at the level it steps up to
+MIN_SAVING = 0.05  # the least CPU share (of a core) a step down must save to be worth the lost quality
+PLATEAU_TOPS = (10, 6, 4, 0)
+
+
+def relative_cost(complexity: int) -> float:
+    """A frame's encoding cost at `complexity` relative to 10's, before this worker has measured it."""
+    if complexity >= 7:
+        return 1.0
+    if complexity >= 5:
+        return 0.45
+    return 0.27 if complexity >= 1 else 0.16
+
+
+class OpusComplexity:
+    """A front end's Opus complexity: its encoders read `level` before each frame and report what it cost."""
+
+    def __init__(
+        self,
+        ceiling: int,
+        floor: int,
+        counts: defaultdict[int, int] | None = None,
+        cpu_clock: Callable[[], float] = time.thread_time,
+        now: float | None = None,
+    ) -> None:
+        """Levels from `ceiling` down to `floor` (a floor above the ceiling: the ceiling, fixed); `counts`: where to
+        count the frames encoded, by complexity (ServerMetrics.opus_frames); `now`: on time.perf_counter()."""
+        assert 0 <= ceiling <= 10 and 0 <= floor <= 10
+        floor = min(floor, ceiling)
+        self.levels = sorted({ceiling, floor, *(top for top in PLATEAU_TOPS if floor < top < ceiling)}, reverse=True)
+        self.level = ceiling
+        self.frames = counts if counts is not None else defaultdict(int)
+        self._cpu_clock = cpu_clock
+        self._cost: dict[int, float] = {}  # seconds per frame, by level, as last measured here
+        self._start, self._cpu_start = time.perf_counter() if now is None else now, cpu_clock()
+        self._encode_s = 0.0
+        self._window_frames = 0
+
+    def encoded(self, seconds: float, now: float) -> None:
+        """A frame was encoded at `level` in `seconds` (wall clock); `now`: time.perf_counter() after it. The level
+        changes only here, so every frame is encoded at the level it is counted at."""
+        self.frames[self.level] += 1
+        self._encode_s += seconds
+        self._window_frames += 1
+        if now - self._start >= WINDOW_S:
+            self._decide(now)
+
+    def _decide(self, now: float) -> None:
+        cpu = self._cpu_clock()
+        wall = now - self._start
+        busy = (cpu - self._cpu_start) / wall
+        encoding = self._encode_s / wall  # the share of a core spent encoding at this level
+        self._cost[self.level] = self._encode_s / self._window_frames
+        index = self.levels.index(self.level)
+        if busy > BUSY_HIGH and index + 1 < len(self.levels):
+            lower = self.levels[index + 1]
+            if encoding * (1 - self._ratio(lower)) >= MIN_SAVING:
+                self.level = lower
+        elif busy <= BUSY_HIGH and index > 0:
+            higher = self.levels[index - 1]
+            if busy + encoding * (self._ratio(higher) - 1) < BUSY_LOW:
+                self.level = higher
+        self._start, self._cpu_start = now, cpu
+        self._encode_s, self._window_frames = 0.0, 0
+
+    def _ratio(self, other: int) -> float:
+        """What a frame costs at `other` over what it costs at the current level."""
+        if other in self._cost:
+            return self._cost[other] / self._cost[self.level]
+        return relative_cost(other) / relative_cost(self.level)
