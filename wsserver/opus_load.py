@@ -1,16 +1,23 @@
-"""Opus encoder complexity under load: a front end lowers it while its event loop is short of CPU, and raises it again
-once the higher level fits, as WebRTC's encoders adapt to CPU overuse. Sans-I/O but for the thread's CPU clock.
+"""Opus encoder complexity under load: a front end lowers it while its event loop is short of CPU, and raises it once
+the higher level fits, as WebRTC's encoders adapt to CPU overuse. Sans-I/O but for the thread's CPU clock.
 
-libopus's encoder is most of a front end's CPU at scale (on an H200's host, 512 Opus streams at 48 kHz kept 14 workers
-83-87 % busy at complexity 10 and about a third of that at 5, and at 10 the players ran dry a frame after their first).
-The complexity is a per-frame setting of the encoder (OPUS_SET_COMPLEXITY), so every stream of a worker follows the
-worker's level from its next frame on; the bitstream stays valid whatever the level.
+libopus's encoder is most of a front end's CPU at scale: on an H200's host, 512 Opus streams at 48 kHz kept 14 workers
+83-87 % busy at complexity 10 and about a third of that at 5, and at 10 hundreds of players ran dry. The complexity is
+a per-frame setting of the encoder (OPUS_SET_COMPLEXITY), so every stream of a worker follows the worker's level from
+its next frame on; the bitstream stays valid whatever the level.
 
 Every WINDOW_S of encoding the governor compares the loop thread's CPU time with the wall clock. Above BUSY_HIGH it
 steps down a level, if that saves enough; below, it steps up once the loop would stay under BUSY_LOW at the level
-above, predicted from what each level's frames cost on this worker (measured; until then, RELATIVE_COST). The levels
+above, predicted from what each level's frames cost on this worker (measured; until then, `relative_cost`). The levels
 are the top of each of libopus's cost plateaus (0, 1-4, 5-6, 7-10: measured at 48 kHz mono, 32-64 kbit/s), so each
 step changes the cost and keeps the best quality at it.
+
+A pause in encoding longer than a window opens a new window at its end, so that the pause does not count as room. A
+worker starts, and starts again after IDLE_S without encoding, at START (or the nearest level below): a burst of
+sessions brings every stream's first chunk at once, the moment a player is closest to running dry, and a worker that
+met it at 10 learnt of its load only after those chunks (on the H200, 85-100 of 512 sessions starved at 0.14 s of
+their audio with a governor that started at 10 and measured over 0.2 s; 1-2 with the complexity fixed at 5). A lone
+stream climbs to the ceiling after one window.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-WINDOW_S = 0.5
+WINDOW_S = 0.2
+IDLE_S = 1.0
+START = 6
 BUSY_HIGH = 0.6  # the loop thread's CPU share above which the complexity steps down
 BUSY_LOW = 0.45  # the share the loop must be predicted to stay under at the level it steps up to
 MIN_SAVING = 0.05  # the least CPU share (of a core) a step down must save to be worth the lost quality
@@ -51,11 +60,13 @@ class OpusComplexity:
         assert 0 <= ceiling <= 10 and 0 <= floor <= 10
         floor = min(floor, ceiling)
         self.levels = sorted({ceiling, floor, *(top for top in PLATEAU_TOPS if floor < top < ceiling)}, reverse=True)
-        self.level = ceiling
+        self.start = max((level for level in self.levels if level <= START), default=floor)
+        self.level = self.start
         self.frames = counts if counts is not None else defaultdict(int)
         self._cpu_clock = cpu_clock
         self._cost: dict[int, float] = {}  # seconds per frame, by level, as last measured here
-        self._start, self._cpu_start = time.perf_counter() if now is None else now, cpu_clock()
+        self._start = self._last = time.perf_counter() if now is None else now
+        self._cpu_start = cpu_clock()
         self._encode_s = 0.0
         self._window_frames = 0
 
@@ -63,6 +74,12 @@ class OpusComplexity:
         """A frame was encoded at `level` in `seconds` (wall clock); `now`: time.perf_counter() after it. The level
         changes only here, so every frame is encoded at the level it is counted at."""
         self.frames[self.level] += 1
+        if (gap := now - self._last) > WINDOW_S:  # the first frame after a pause: measure the load from now on
+            if gap > IDLE_S:
+                self.level = self.start
+            self._restart(now, self._cpu_clock())
+            return
+        self._last = now
         self._encode_s += seconds
         self._window_frames += 1
         if now - self._start >= WINDOW_S:
@@ -83,7 +100,11 @@ class OpusComplexity:
             higher = self.levels[index - 1]
             if busy + encoding * (self._ratio(higher) - 1) < BUSY_LOW:
                 self.level = higher
-        self._start, self._cpu_start = now, cpu
+        self._restart(now, cpu)
+
+    def _restart(self, now: float, cpu: float) -> None:
+        self._start = self._last = now
+        self._cpu_start = cpu
         self._encode_s, self._window_frames = 0.0, 0
 
     def _ratio(self, other: int) -> float:

@@ -71,9 +71,10 @@ def test_two_sessions_in_each_format_report_latency_audio_and_cpu(
         # every format: one segment of 8 patches per session, padded to whole 20 ms frames.
         assert line["audio_s"] == line["server_audio_s"] == pcm["audio_s"] > 0
         assert line["xrt"] == pytest.approx(line["audio_s"] / line["wall_s"], rel=0.05)  # of the rounded figures
-        # Every Opus frame that reached the clients was encoded at the default complexity, and nothing else was.
-        frames = round(line["audio_s"] / 0.02)
-        assert line["opus_frames"] == ({"10": frames} if line["format"] == "opus" else {})
+        # Every Opus frame that reached the clients was counted, at the governor's start (6) or the ceiling (10).
+        opus = line["opus_frames"]
+        assert set(opus) <= ({"6", "10"} if line["format"] == "opus" else set())
+        assert sum(opus.values()) == (round(line["audio_s"] / 0.02) if line["format"] == "opus" else 0)
         assert 0 <= line["starved_sessions"] <= 2
         cpu = line["cpu"]
         assert cpu["window_s"] == pytest.approx(line["wall_s"], abs=0.01)

@@ -4,11 +4,11 @@ from collections import defaultdict
 
 import pytest
 
-from wsserver.opus_load import WINDOW_S, OpusComplexity
+from wsserver.opus_load import IDLE_S, WINDOW_S, OpusComplexity
 
 
 class Load:
-    """A worker's loop on a fake clock: each window it encodes `frames` frames at the governor's level, each costing
+    """A worker's loop on a fake clock: it encodes `per_s` frames a second at the governor's level, each costing
     `cost[level]` seconds, and spends `other` seconds of CPU per second on everything else."""
 
     def __init__(self, cost: dict[int, float], other: float) -> None:
@@ -18,18 +18,21 @@ class Load:
     def clock(self) -> float:
         return self.cpu
 
-    def window(self, governor: OpusComplexity, frames: int = 50) -> int:
+    def window(self, governor: OpusComplexity, per_s: int = 100) -> int:
         """One window of load; the level the governor chose at its end."""
-        level, start = governor.level, self.now
+        start, frames = self.now, round(per_s * WINDOW_S)
         for i in range(1, frames + 1):
-            seconds = self.cost[level]
+            seconds = self.cost[governor.level]  # as a stream's encoder reads it before each frame
             self.cpu += seconds + self.other * WINDOW_S / frames
             self.now = start + WINDOW_S * i / frames + (1e-9 if i == frames else 0.0)  # the last frame ends it
             governor.encoded(seconds, self.now)
         return governor.level
 
+    def pause(self, seconds: float) -> None:
+        self.now += seconds
 
-# A frame's cost per level (50 frames a window: 100 streams at 20 ms frames). 10 costs 1.78x 6 here, where
+
+# A frame's cost per level (at 100 frames a second, two streams' worth: a slow machine's). 10 costs 1.78x 6 here, where
 # relative_cost, the governor's guess until it has measured, says 2.22x.
 COST = {10: 0.0064, 6: 0.0036, 5: 0.0036, 4: 0.0022, 2: 0.0021, 0: 0.0013}
 
@@ -38,27 +41,50 @@ def governor(load: Load, ceiling: int = 10, floor: int = 4) -> OpusComplexity:
     return OpusComplexity(ceiling, floor, cpu_clock=load.clock, now=load.now)
 
 
-def test_a_busy_loop_steps_down_a_plateau_a_window_to_the_floor() -> None:
-    load = Load(COST, other=0.3)  # at 10: 0.3 + 0.64 of a core, nearly all the loop has
+def test_it_starts_at_6_and_climbs_to_the_ceiling_while_the_loop_has_room() -> None:
+    load = Load(COST, other=0.05)
     opus = governor(load)
-    assert opus.levels == [10, 6, 4]
+    assert opus.levels == [10, 6, 4] and opus.level == 6
+    assert [load.window(opus, per_s=20) for _ in range(3)] == [10, 10, 10]
+
+
+def test_a_busy_loop_steps_down_a_plateau_a_window_to_the_floor() -> None:
+    load = Load(COST, other=0.05)
+    opus = governor(load)
+    assert load.window(opus, per_s=20) == 10
+    load.other = 0.3  # at 10: 0.3 + 0.64 of a core, nearly all the loop has
     assert [load.window(opus) for _ in range(4)] == [6, 4, 4, 4]  # 6: 0.66 busy, still over; 4 is the floor
 
 
 def test_it_steps_back_up_only_to_a_level_the_loop_can_carry() -> None:
-    load = Load(COST, other=0.3)
+    load = Load(COST, other=0.05)
     opus = governor(load)
+    assert load.window(opus, per_s=20) == 10
+    load.other = 0.3
     assert [load.window(opus) for _ in range(3)] == [6, 4, 4]
     load.other = 0.0  # the other work went away: at 6 the loop would be 0.36 busy, at 10 0.64
     assert [load.window(opus) for _ in range(4)] == [6, 6, 6, 6]  # 10 would not fit: no flapping
     # Fewer streams: at 6 the loop is 0.23 busy, and at 10 it would be 0.41 by the costs measured (0.51 by the guess).
-    assert load.window(opus, frames=32) == 10
+    assert load.window(opus, per_s=64) == 10
+
+
+def test_after_a_pause_it_starts_again_at_6() -> None:
+    """A burst after a quiet spell meets a worker at 6, not at the 10 a lone stream had climbed to; the first frame
+    after the pause opens a window, so the quiet spell does not count as room."""
+    load = Load(COST, other=0.0)
+    opus = governor(load)
+    assert load.window(opus, per_s=20) == 10
+    load.pause(IDLE_S + 0.1)
+    load.other = 0.3
+    assert [load.window(opus) for _ in range(2)] == [6, 4]
+    load.pause(IDLE_S / 2)  # shorter than IDLE_S: the level stays, and the pause is not taken for room
+    assert [load.window(opus) for _ in range(2)] == [4, 4]
 
 
 def test_a_loop_busy_with_other_work_keeps_its_complexity() -> None:
     load = Load(COST, other=0.9)
     opus = governor(load)
-    assert [load.window(opus, frames=5) for _ in range(3)] == [10, 10, 10]  # lowering would save under 5 % of a core
+    assert [load.window(opus, per_s=10) for _ in range(3)] == [6, 6, 6]  # lowering would save under 5 % of a core
 
 
 def test_a_floor_at_the_ceiling_fixes_the_complexity_and_frames_are_counted_by_level() -> None:
@@ -66,10 +92,16 @@ def test_a_floor_at_the_ceiling_fixes_the_complexity_and_frames_are_counted_by_l
     counts: defaultdict[int, int] = defaultdict(int)
     opus = OpusComplexity(5, 5, counts=counts, cpu_clock=load.clock, now=load.now)
     assert [load.window(opus) for _ in range(3)] == [5, 5, 5]
-    assert counts == {5: 150}
+    assert counts == {5: 3 * round(100 * WINDOW_S)}
     assert OpusComplexity(2, 4).levels == [2]  # a floor above the ceiling: the ceiling
 
 
-@pytest.mark.parametrize(("ceiling", "floor", "levels"), [(10, 0, [10, 6, 4, 0]), (9, 5, [9, 6, 5]), (6, 2, [6, 4, 2])])
-def test_levels_are_the_plateau_tops_between_ceiling_and_floor(ceiling: int, floor: int, levels: list[int]) -> None:
-    assert OpusComplexity(ceiling, floor).levels == levels
+@pytest.mark.parametrize(
+    ("ceiling", "floor", "levels", "start"),
+    [(10, 0, [10, 6, 4, 0], 6), (9, 5, [9, 6, 5], 6), (6, 2, [6, 4, 2], 6), (5, 2, [5, 4, 2], 5), (10, 8, [10, 8], 8)],
+)
+def test_levels_are_the_plateau_tops_between_ceiling_and_floor(
+    ceiling: int, floor: int, levels: list[int], start: int
+) -> None:
+    opus = OpusComplexity(ceiling, floor)
+    assert opus.levels == levels and opus.level == start
