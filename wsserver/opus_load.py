@@ -16,8 +16,8 @@ A pause in encoding longer than a window opens a new window at its end, so that 
 worker starts, and starts again after IDLE_S without encoding, at START (or the nearest level below): a burst of
 sessions brings every stream's first chunk at once, the moment a player is closest to running dry, and a worker that
 met it at 10 learnt of its load only after those chunks (on the H200, 85-100 of 512 sessions starved at 0.14 s of
-their audio with a governor that started at 10 and measured over 0.2 s; 1-2 with the complexity fixed at 5). A lone
-stream climbs to the ceiling after one window.
+their audio with a governor that started at 10 and measured over 0.2 s; 1-2 with the complexity fixed at 5; 8, 15 and
+0 in three runs starting at 6, README). A lone stream climbs to the ceiling after one window.
 """
 
 from __future__ import annotations
