@@ -3,8 +3,9 @@
 For every level line of ws_latency's output, the steps that started within its window (`started_monotonic_s`,
 `wall_s`; one host clock), summarised as one JSON line: the level's format and sessions, the step count, the median
 and longest step, how many outlasted `--over-ms` (by default 140: the audio a stream holds after its first VoxCPM2
-patch), and the first admissions (seconds into the level, step ms, requests admitted, prompt positions), which show
-how a burst of arrivals was cut into waves.
+patch), and the first admissions (seconds into the level, step ms, requests admitted, prompt positions, and when
+those requests were made and taken in by the engine, first and last), which show how a burst of arrivals was cut
+into waves and what it waited for.
 
     python benchmarks/step_trace.py --trace DIR/engine-0.jsonl --levels ws.jsonl [--over-ms 140] [--admissions 4]
 
@@ -37,12 +38,16 @@ def summarise(level: dict[str, Any], steps: list[dict[str, Any]], over_ms: float
         "step_ms_p50": round(statistics.median(durations), 2) if mine else None,
         "step_ms_max": max(durations, default=None),
         f"steps_over_{over_ms:g}_ms": sum(ms > over_ms for ms in durations),
-        "admissions": [
-            [round(step["t"] - start, 3), step["ms"], step["admitted"], step["positions"]]
-            for step in mine
-            if step["admitted"]
-        ][:admissions],
+        "admissions": [admission(step, start) for step in mine if step["admitted"]][:admissions],
     }
+
+
+def admission(step: dict[str, Any], start: float) -> list[Any]:
+    """[seconds into the level, step ms, requests, prompt positions], then, from traces that have them, when the
+    admitted requests were made (their segments released) and when the engine took them in: first and last, in
+    seconds into the level."""
+    line = [round(step["t"] - start, 3), step["ms"], step["admitted"], step["positions"]]
+    return line + [[round(t - start, 3) for t in step[key]] for key in ("arrival", "received") if key in step]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -61,6 +61,8 @@ class EngineCore:
                 prompt=self.runner.make_prompt(request),
                 params=request.params,
                 seed=draw_seed() if request.params.seed is None else request.params.seed,
+                arrival_time=request.arrival_time,
+                received_time=self.clock(),
             )
             self.scheduler.patch_cap(seq)
         except ValueError as exc:
@@ -152,7 +154,8 @@ class EngineCore:
             batch = self.scheduler.schedule()
             if not batch:
                 return []
-            admitted = [seq.num_prompt for seq in batch if seq.is_prefill]
+            admitted = [seq for seq in batch if seq.is_prefill]
+            positions = sum(seq.num_prompt for seq in admitted)
             result = self.runner.run(batch)
             self.scheduler.postprocess(result.seqs, result.stops)
         except Exception as exc:
@@ -169,10 +172,14 @@ class EngineCore:
         self._record(len(batch), seconds)
         if self.trace is not None:
             line = {"t": round(start, 4), "ms": round(seconds * 1e3, 2), "batch": len(batch)}
-            line |= {"admitted": len(admitted), "positions": sum(admitted), "waiting": len(self.scheduler.waiting)}
+            line |= {"admitted": len(admitted), "positions": positions, "waiting": len(self.scheduler.waiting)}
+            if admitted:  # how the admitted requests reached the engine: made, then taken in (first, last)
+                for key in ("arrival_time", "received_time"):
+                    times = [getattr(seq, key) for seq in admitted]
+                    line[key.removesuffix("_time")] = [round(min(times), 4), round(max(times), 4)]
             self.trace.write(json.dumps(line) + "\n")
         if self.pacer is not None:
-            self.pacer.record(len(batch) - len(admitted), sum(admitted), seconds)
+            self.pacer.record(len(batch) - len(admitted), positions, seconds)
         return chunks
 
     def fail(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -73,3 +74,6 @@ class GenerationRequest:
     prompt: Prompt = field(default_factory=Prompt)
     params: GenerationParams = field(default_factory=GenerationParams)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # time.monotonic() (one clock for every process of a host) when the caller made the request: a front end makes it
+    # as the segment's text is released. The step trace compares it with when the engine took the request in.
+    arrival_time: float = field(default_factory=time.monotonic)

@@ -46,6 +46,8 @@ class Sequence:
     prompt: FamilyPrompt
     params: GenerationParams
     seed: int  # the noise seed: params.seed, or one drawn at submission
+    arrival_time: float = 0.0  # GenerationRequest.arrival_time
+    received_time: float = 0.0  # time.monotonic() when the engine made the sequence (validated, tokenized)
     max_patches: int = 0  # set by the scheduler when the request is added (Scheduler.add)
     status: SequenceStatus = SequenceStatus.WAITING
     block_table: list[int] = field(default_factory=list)

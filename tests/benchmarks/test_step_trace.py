@@ -18,7 +18,10 @@ def test_each_level_gets_the_steps_of_its_window(tmp_path: Path, capsys: pytest.
     trace = tmp_path / "engine-0.jsonl"
     steps = [step(5.0, 10.0, 1, 21)]  # the warm-up, before any level
     steps += [step(100.1, 180.0, 3, 63), step(100.3, 150.0, 1, 21), step(100.5, 100.0), step(100.6, 90.0)]
-    steps += [step(200.2, 120.0, 4, 84), step(200.4, 141.0)]
+    steps += [
+        step(200.2, 120.0, 4, 84) | {"arrival": [200.04, 200.11], "received": [200.05, 200.19]},
+        step(200.4, 141.0),
+    ]
     trace.write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in steps))
     levels = tmp_path / "ws.jsonl"
     lines = [
@@ -38,4 +41,8 @@ def test_each_level_gets_the_steps_of_its_window(tmp_path: Path, capsys: pytest.
         "steps_over_140_ms": 2,
         "admissions": [[0.1, 180.0, 3, 63]],
     }
-    assert (second["steps"], second["steps_over_140_ms"], second["admissions"]) == (2, 1, [[0.2, 120.0, 4, 84]])
+    assert (second["steps"], second["steps_over_140_ms"], second["admissions"]) == (
+        2,
+        1,
+        [[0.2, 120.0, 4, 84, [0.04, 0.11], [0.05, 0.19]]],
+    )

@@ -1,5 +1,7 @@
 import bisect
+import dataclasses
 import json
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -54,13 +56,23 @@ def test_streams_chunks_to_the_length_cap(checkpoint):
 def test_step_trace_has_a_line_per_step_with_its_admissions(checkpoint, tmp_path):
     trace = tmp_path / "trace" / "engine-0.jsonl"
     core = EngineCore(engine_config(checkpoint, step_trace=str(trace)))
-    for request_id in ("a", "b"):
-        core.add_request(make_request(request_id, max_patches=3))
+    made = time.monotonic()
+    requests = [
+        dataclasses.replace(make_request(request_id, max_patches=3), arrival_time=made - 1.0 + k)
+        for k, request_id in enumerate("ab")
+    ]
+    for request in requests:
+        core.add_request(request)
     prompts = sum(seq.num_prompt for seq in core.scheduler.waiting)
     run_until_idle(core)
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [line["batch"] for line in lines] == [2, 2, 2]
     assert [(line["admitted"], line["positions"]) for line in lines] == [(2, prompts), (0, 0), (0, 0)]
+    # An admission says when its requests were made (the caller's stamp) and taken in (first, last); others do not.
+    assert lines[0]["arrival"] == [round(made - 1.0, 4), round(made, 4)]
+    received_first, received_last = lines[0]["received"]
+    assert made <= received_first + 1e-4 and received_first <= received_last <= lines[0]["t"] + 1e-4
+    assert not {"arrival", "received"} & (lines[1].keys() | lines[2].keys())
     assert all(line["waiting"] == 0 and line["ms"] > 0 for line in lines)
     assert lines[0]["t"] + lines[0]["ms"] / 1e3 <= lines[1]["t"] + 1e-4  # the host's monotonic clock, step by step
     # The step-duration histogram counts the same steps: each in the bucket of its traced duration.
