@@ -81,6 +81,31 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytearray:
     return buffer
 
 
+class Unframer:
+    """Messages out of a byte stream read in whatever pieces the socket gave (a reader that takes all a socket holds
+    at once, instead of a message at a time): `feed` returns the messages the pieces so far complete."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        buffer = self._buffer
+        buffer += data
+        messages, start = [], 0
+        while len(buffer) - start >= _U64.size:
+            (total,) = _U64.unpack_from(buffer, start)
+            if total > MAX_MESSAGE:
+                raise ValueError(f"a message of {total} bytes")
+            end = start + _U64.size + total
+            if len(buffer) < end:
+                break
+            # Its own copy: the message's arrays are views of it, and the buffer is reused.
+            messages.append(unpack(buffer[start + _U64.size : end]))
+            start = end
+        del buffer[:start]
+        return messages
+
+
 async def read(reader: asyncio.StreamReader) -> Any:
     """The next message from an asyncio stream; EOFError when the peer closed."""
     try:

@@ -1,12 +1,12 @@
 """An engine in a process of its own, serving the server's worker processes over a Unix socket (engine.client is the
 other end).
 
-The process's main thread runs the step loop (engine.engine_loop). Each connected worker is a channel with two
-threads: one reads its commands (tokenizing requests there, off the step loop) and one writes the step's items to it,
-so a worker that is slow to read delays only its own audio, never a step. A worker that goes away (its socket
-closes) loses its requests at the next step boundary. The supervisor starts this process with `run` as the target
-(with OMP_WAIT_POLICY=PASSIVE: wsserver.supervisor says why) and stops it by closing `control` (or with SIGTERM):
-open requests then fail with EngineError("engine closed").
+The process's main thread runs the step loop (engine.engine_loop). One thread reads every worker's commands (`_Intake`:
+making the requests' sequences there, off the step loop), and each connected worker has a thread that writes the step's
+items to it, so a worker that is slow to read delays only its own audio, never a step. A worker that goes away (its
+socket closes) loses its requests at the next step boundary. The supervisor starts this process with `run` as the target
+(with OMP_WAIT_POLICY=PASSIVE: wsserver.supervisor says why) and stops it by closing `control` (or with SIGTERM): open
+requests then fail with EngineError("engine closed").
 
 Messages (tuples, engine.ipc): from a worker `("add", request)`, `("abort", id)`, `("pause", id)`, `("resume", id)`,
 `("encode", call_id, wav, padding)`, `("check", call_id, request)`, `("load_lora", call_id, name, directory)`,
@@ -22,6 +22,7 @@ import gc
 import logging
 import os
 import queue
+import selectors
 import signal
 import socket
 import sys
@@ -43,18 +44,19 @@ logger = logging.getLogger(__name__)
 
 STATS_EVERY_S = 0.25  # how often an idle engine tells its workers how it is
 SWITCH_INTERVAL_S = 0.0005  # the GIL's hand-over interval while serving (settle_for_serving)
+READ_BYTES = 1 << 18  # the most the intake takes from one worker's socket at a turn
 
 
 class _WorkerChannel:
-    """One worker's connection: its commands in, its requests' items out."""
+    """One worker's connection: its commands in (read by the process's `_Intake`), its requests' items out."""
 
     def __init__(self, sock: socket.socket, engine: EngineLoop) -> None:
         self.sock, self.engine = sock, engine
+        self.unframer = ipc.Unframer()
         self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.open = True
         self.writer = threading.Thread(target=self._write, name="engine-send", daemon=True)
         self.writer.start()
-        threading.Thread(target=self._read, name="engine-recv", daemon=True).start()
 
     def deliver(self, items: list[tuple[str, Item]]) -> bool:
         if self.open:
@@ -76,44 +78,40 @@ class _WorkerChannel:
                 ipc.send(self.sock, message)
         except OSError:
             pass
-        self._gone()
+        self.gone()
+        # The intake owns the socket: a shut-down one reads as closed there, which unregisters and closes it.
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
 
-    def _read(self) -> None:
+    def handle(self, kind: str, *args: Any) -> None:
+        """One command (on the intake's thread)."""
         core = self.engine.core
-        try:
-            while True:
-                kind, *args = ipc.recv(self.sock)
-                if kind == "add":
-                    (request,) = args
-                    try:
-                        seq = core.make_sequence(request)  # no engine state touched: safe off the step loop
-                    except EngineError as exc:
-                        self.deliver([(request.request_id, exc)])
-                        continue
-                    self.engine.submit(Add(seq, self))
-                elif kind in ("abort", "pause", "resume"):
-                    self.engine.submit({"abort": Abort, "pause": Pause, "resume": Resume}[kind](*args))
-                elif kind == "encode":
-                    call_id, wav, padding = args
-                    self.engine.submit(Encode(wav, padding, lambda result, c=call_id: self.send(("reply", c, result))))
-                elif kind == "load_lora":
-                    # Reading the adapter takes a while: on a thread of its own, so this worker's commands go on.
-                    threading.Thread(target=self._load_lora, args=args, name="engine-lora", daemon=True).start()
-                elif kind == "unload_lora":
-                    call_id, name = args
-                    self.engine.submit(UnloadLoRA(name, lambda result, c=call_id: self.send(("reply", c, result))))
-                elif kind == "check":
-                    call_id, request = args
-                    try:
-                        core.make_sequence(request)
-                        self.send(("reply", call_id, None))
-                    except EngineError as exc:
-                        self.send(("reply", call_id, exc))
-        except EngineError as exc:  # the engine stopped: the worker hears it from the step loop's shut-down
-            logger.debug("engine stopped while reading a worker: %s", exc)
-        except (EOFError, OSError, ValueError):
-            pass
-        self._gone()
+        if kind == "add":
+            (request,) = args
+            try:
+                seq = core.make_sequence(request)  # no engine state touched: safe off the step loop
+            except EngineError as exc:
+                self.deliver([(request.request_id, exc)])
+                return
+            self.engine.submit(Add(seq, self))
+        elif kind in ("abort", "pause", "resume"):
+            self.engine.submit({"abort": Abort, "pause": Pause, "resume": Resume}[kind](*args))
+        elif kind == "encode":
+            call_id, wav, padding = args
+            self.engine.submit(Encode(wav, padding, lambda result, c=call_id: self.send(("reply", c, result))))
+        elif kind == "load_lora":
+            # Reading the adapter takes a while: on a thread of its own, so that commands go on.
+            threading.Thread(target=self._load_lora, args=args, name="engine-lora", daemon=True).start()
+        elif kind == "unload_lora":
+            call_id, name = args
+            self.engine.submit(UnloadLoRA(name, lambda result, c=call_id: self.send(("reply", c, result))))
+        elif kind == "check":
+            call_id, request = args
+            try:
+                core.make_sequence(request)
+                self.send(("reply", call_id, None))
+            except EngineError as exc:
+                self.send(("reply", call_id, exc))
 
     def _load_lora(self, call_id: int, name: str, directory: str) -> None:
         try:
@@ -122,14 +120,62 @@ class _WorkerChannel:
         except EngineError as exc:
             self.send(("reply", call_id, exc))
 
-    def _gone(self) -> None:
+    def gone(self) -> None:
         if not self.open:
             return
         self.open = False
         self.outbox.put(None)
         with contextlib.suppress(EngineError):  # the engine stopped: it dropped everything already
             self.engine.submit(DropChannel(self))
-        self.sock.close()
+
+
+class _Intake:
+    """One thread reads every worker's commands, taking all that a socket holds at each turn.
+
+    A burst of sessions sends its first requests through every worker at once. With a reader thread per worker, each
+    request cost its thread a wait for the GIL behind the others' at every socket read and at each small op of its
+    making (on one H200, 512 requests released within 13 ms reached the step loop over 171 ms: 334 us each); one
+    thread makes them back to back.
+    """
+
+    def __init__(self) -> None:
+        self.selector = selectors.DefaultSelector()
+        self._new: queue.SimpleQueue[_WorkerChannel] = queue.SimpleQueue()
+        self._wake_read, self._wake = socket.socketpair()
+        self.selector.register(self._wake_read, selectors.EVENT_READ)
+        threading.Thread(target=self._run, name="engine-recv", daemon=True).start()
+
+    def add(self, channel: _WorkerChannel) -> None:
+        """Any thread: read `channel` from now on."""
+        self._new.put(channel)
+        self._wake.send(b"\0")
+
+    def _run(self) -> None:
+        while True:
+            for key, _ in self.selector.select():
+                if key.data is None:
+                    self._wake_read.recv(4096)
+                    while not self._new.empty():
+                        channel = self._new.get()
+                        self.selector.register(channel.sock, selectors.EVENT_READ, channel)
+                else:
+                    self._read(key.data)
+
+    def _read(self, channel: _WorkerChannel) -> None:
+        try:
+            data = channel.sock.recv(READ_BYTES)
+            if not data:
+                raise EOFError("the worker closed its connection")
+            for kind, *args in channel.unframer.feed(data):
+                channel.handle(kind, *args)
+            return
+        except EngineError as exc:  # the engine stopped: the worker hears it from the step loop's shut-down
+            logger.debug("engine stopped while reading a worker: %s", exc)
+        except (EOFError, OSError, ValueError):
+            pass
+        channel.gone()
+        self.selector.unregister(channel.sock)
+        channel.sock.close()
 
 
 def settle_for_serving() -> None:
@@ -187,6 +233,7 @@ def run(config: EngineConfig, path: str, control: Connection, gpu: str | None = 
     channels: list[_WorkerChannel] = []
 
     def accept() -> None:
+        intake = _Intake()
         while True:
             try:
                 sock, _ = listener.accept()
@@ -195,6 +242,7 @@ def run(config: EngineConfig, path: str, control: Connection, gpu: str | None = 
             channel = _WorkerChannel(sock, engine)
             channel.send(("hello", engine.core.info, engine.stats(), os.getpid()))
             channels.append(channel)
+            intake.add(channel)
 
     def report() -> None:
         """Stats to every worker while the engine idles (a step's items carry them otherwise)."""

@@ -133,6 +133,26 @@ async def test_a_worker_that_goes_away_loses_its_requests(served: tuple[multipro
     await staying.close()
 
 
+async def test_workers_come_and_go_while_others_stream(served: tuple[multiprocessing.Process, str]) -> None:
+    """One thread reads every worker: requests from several at once all run, and workers that connect and leave (their
+    sockets' numbers reused by the next) neither stop it nor leave it reading a closed socket."""
+    staying = await EngineClient.connect(served[1])
+    long = staying.generate(request("long", max_patches=40))
+    await anext(long)
+    for round_ in range(30):
+        passing = await EngineClient.connect(served[1])
+        if round_ % 10 == 0:
+            clients = [passing, *[await EngineClient.connect(served[1]) for _ in range(2)]]
+            burst = [collect(c, request(f"b{round_}-{i}", seed=i)) for i, c in enumerate(clients)]
+            assert [len(chunks) for chunks in await asyncio.wait_for(asyncio.gather(*burst), TIMEOUT)] == [6, 6, 6]
+            for client in clients[1:]:
+                await client.close()
+        await passing.close()
+    assert [chunk.index async for chunk in long] == list(range(1, 40))
+    assert len(await asyncio.wait_for(collect(staying, request("after")), TIMEOUT)) == 6
+    await staying.close()
+
+
 async def test_an_engine_process_that_dies_fails_its_requests(tiny_checkpoint: Callable[..., Path]) -> None:
     with engine_process(tiny_checkpoint("voxcpm2", stop=False), max_patches=200, max_model_len=512) as (process, path):
         client = await EngineClient.connect(path)

@@ -5,7 +5,7 @@ The engine drives the family through `runner.VoxCPMRunner` (engine/models/family
 imported here). Its building blocks:
 - `load_voxcpm(path_or_repo, device, dtype, attention_backend) -> LoadedVoxCPM`
   (model, vae, tokenizer, config, path, vae_sha256)
-- `build_prompt(text, prompt, tokenizer, config) -> PackedPrompt` (token_ids, feats, audio_mask, target_text_tokens)
+- `build_prompt(text, prompt, tokenizer, config) -> HostPrompt` (token_ids, feats, audio_mask, patch_cap: numpy)
 - `VoxCPMModel.forward(ModelInputs, max_timesteps=None) -> ModelOutputs` (= `.backbone(BackboneInputs) ->
   (lm_h, res_h, cond)` then `.generate(lm_h, res_h, cond, cfg_value, temperature, timesteps, noise,
   max_timesteps)` = `.start(...) -> (FlowState, stop)` then `.feat_decoder.step(state, k)` per Euler iteration),
@@ -17,14 +17,14 @@ imported here). Its building blocks:
 from engine.models.voxcpm.checkpoint import CheckpointError, LoadedVoxCPM, load_voxcpm
 from engine.models.voxcpm.config import ConfigError, VoxCPMConfig, load_config
 from engine.models.voxcpm.model import VoxCPMModel
-from engine.models.voxcpm.prompt import PackedPrompt, build_prompt
+from engine.models.voxcpm.prompt import HostPrompt, build_prompt
 from engine.models.voxcpm.tokenizer import VoxCPMTokenizer, preprocess_text
 
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "HostPrompt",
     "LoadedVoxCPM",
-    "PackedPrompt",
     "VoxCPMConfig",
     "VoxCPMModel",
     "VoxCPMTokenizer",

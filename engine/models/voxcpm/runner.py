@@ -381,7 +381,7 @@ class VoxCPMRunner:
 
     def make_prompt(self, request: GenerationRequest) -> HostPrompt:
         checkpoint = self.checkpoint
-        return HostPrompt.of(build_prompt(request.text, request.prompt, checkpoint.tokenizer, checkpoint.config))
+        return build_prompt(request.text, request.prompt, checkpoint.tokenizer, checkpoint.config)
 
     # one step
 

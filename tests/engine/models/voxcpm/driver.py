@@ -17,12 +17,12 @@ import torch
 from engine.attention.metadata import AttentionMetadata
 from engine.models.voxcpm.batch import ModelInputs, ModelOutputs
 from engine.models.voxcpm.model import VoxCPMModel
-from engine.models.voxcpm.prompt import PackedPrompt
+from engine.models.voxcpm.prompt import HostPrompt
 
 
 @dataclass
 class Seq:
-    prompt: PackedPrompt
+    prompt: HostPrompt
     noise: torch.Tensor  # [num_patches, D, P], the CFM start of each generated patch
     cfg_value: float = 2.0
     temperature: float = 1.0
@@ -39,7 +39,7 @@ class Seq:
 
     @property
     def prefilled(self) -> bool:
-        return self.fed == len(self.prompt)
+        return self.fed == self.prompt.num_positions
 
 
 class Driver:
@@ -74,11 +74,11 @@ class Driver:
                 feats.append(seq.patches[-1][None])
                 mask.append(torch.ones(1, dtype=torch.bool))
             else:
-                n = min(chunk.get(i, len(seq.prompt)), len(seq.prompt) - seq.fed)
+                n = min(chunk.get(i, seq.prompt.num_positions), seq.prompt.num_positions - seq.fed)
                 sl = slice(seq.fed, seq.fed + n)
-                ids.append(seq.prompt.token_ids[sl])
-                feats.append(seq.prompt.feats[sl])
-                mask.append(seq.prompt.audio_mask[sl])
+                ids.append(torch.from_numpy(seq.prompt.token_ids[sl]))
+                feats.append(torch.from_numpy(seq.prompt.feats[sl]))
+                mask.append(torch.from_numpy(seq.prompt.audio_mask[sl]))
                 seq.fed += n
             end = start + n
             while len(seq.blocks) * self.block_size < end:

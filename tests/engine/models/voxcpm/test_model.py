@@ -25,6 +25,7 @@ import torch
 
 from engine.models.voxcpm import build_prompt, load_voxcpm
 from engine.models.voxcpm.checkpoint import LoadedVoxCPM
+from engine.models.voxcpm.prompt import reference_patch_cap
 from engine.params import Prompt
 from tests.engine.models.voxcpm.driver import Driver, Seq
 from tests.engine.models.voxcpm.reference import load_reference, reference_models
@@ -159,8 +160,8 @@ def test_parity_with_reference(models: Callable, variant: str, mode: str) -> Non
     assert packed.token_ids.tolist() == expected["tokens"].tolist()
     assert packed.audio_mask.tolist() == expected["audio_mask"].bool().tolist()
     assert (~packed.audio_mask).tolist() == expected["text_mask"].bool().tolist()
-    assert torch.equal(packed.feats, expected["feats"].float())
-    assert packed.target_text_tokens == len(ref.text_tokenizer(TEXT))
+    assert torch.equal(torch.from_numpy(packed.feats), expected["feats"].float())
+    assert packed.patch_cap == reference_patch_cap(len(ref.text_tokenizer(TEXT)))
 
     patches = torch.stack(seq.patches)
     assert patches.shape == expected["patches"].shape == (NUM_PATCHES, config.patch_size, config.feat_dim)

@@ -30,19 +30,18 @@ def test_layouts(v2: tuple) -> None:
 
     zero = build_prompt("hello world", Prompt(), tok, config)
     assert zero.token_ids.tolist() == [*text_ids, 101] and not zero.audio_mask.any()
-    assert zero.target_text_tokens == len(text_ids)
-    assert reference_patch_cap(zero.target_text_tokens) == 6 * len(text_ids) + 10  # the reference's length cap
+    assert zero.patch_cap == reference_patch_cap(len(text_ids)) == 6 * len(text_ids) + 10  # the reference's cap
 
     cont = build_prompt("world", Prompt(text="hello ", latents=audio), tok, config)
     assert cont.token_ids.tolist() == [*tok.encode("hello world"), 101, 0, 0]
-    assert cont.audio_mask.tolist() == [False] * (len(cont) - 2) + [True, True]
-    assert np.array_equal(cont.feats[-2:].numpy(), audio) and not cont.feats[:-2].any()
-    assert cont.target_text_tokens == len(tok.encode("world"))
+    assert cont.audio_mask.tolist() == [False] * (cont.num_positions - 2) + [True, True]
+    assert np.array_equal(cont.feats[-2:], audio) and not cont.feats[:-2].any()
+    assert cont.patch_cap == reference_patch_cap(len(tok.encode("world")))  # the target's tokens alone
 
     both = build_prompt("hello world", Prompt(text="", latents=audio, reference_latents=ref), tok, config)
     assert both.token_ids.tolist() == [103, 0, 0, 0, 104, *text_ids, 101, 0, 0]
     assert both.audio_mask.tolist() == [False, True, True, True, False] + [False] * (len(text_ids) + 1) + [True] * 2
-    assert np.array_equal(both.feats[1:4].numpy(), ref) and not both.feats[0].any() and not both.feats[4].any()
+    assert np.array_equal(both.feats[1:4], ref) and not both.feats[0].any() and not both.feats[4].any()
 
 
 def test_errors(v2: tuple, tiny_checkpoint: Callable[..., Path]) -> None:

@@ -1,0 +1,56 @@
+"""engine.ipc: messages framed over a byte stream, whole however the stream cuts them, arrays out of band."""
+
+from __future__ import annotations
+
+import random
+import socket
+
+import numpy as np
+import pytest
+
+from engine import ipc
+
+
+def stream(*messages: object) -> bytes:
+    return b"".join(bytes(frame) for message in messages for frame in ipc.pack(message))
+
+
+def test_send_and_recv_over_a_socket() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        audio = np.arange(6, dtype=np.float32)
+        ipc.send(ours, ("items", [("a", audio)], None))
+        kind, [(request_id, got)], stats = ipc.recv(theirs)
+        assert (kind, request_id, stats) == ("items", "a", None) and np.array_equal(got, audio)
+        ours.close()
+        with pytest.raises(EOFError):
+            ipc.recv(theirs)
+
+
+def test_unframer_gives_whole_messages_however_the_bytes_are_cut() -> None:
+    messages = [("add", "x" * n, np.full(n, n, dtype=np.int64)) for n in (0, 1, 300, 70_000)]
+    data = stream(*messages)
+    rng = random.Random(0)
+    for _ in range(20):
+        unframer, got, start = ipc.Unframer(), [], 0
+        while start < len(data):  # pieces of 1 byte up to several messages
+            end = start + rng.choice([1, 7, 100, 5_000, 200_000])
+            got += unframer.feed(data[start:end])
+            start = end
+        assert len(got) == len(messages)
+        for (kind, text, array), (want_kind, want_text, want_array) in zip(got, messages, strict=True):
+            assert (kind, text) == (want_kind, want_text) and np.array_equal(array, want_array)
+
+
+def test_unframer_messages_keep_their_arrays_while_it_reads_on() -> None:
+    """A message's arrays are views of its own bytes, not of the buffer the next pieces are read into."""
+    unframer = ipc.Unframer()
+    data = stream(("a", np.ones(64)), ("b", np.zeros(64)))
+    [(_, first)] = unframer.feed(data[: len(data) // 2 + 8])
+    [(_, second)] = unframer.feed(data[len(data) // 2 + 8 :] + stream(("c", np.full(64, 7.0)))[:20])
+    assert np.array_equal(first, np.ones(64)) and np.array_equal(second, np.zeros(64))
+
+
+def test_unframer_refuses_an_impossible_length() -> None:
+    with pytest.raises(ValueError, match="bytes"):
+        ipc.Unframer().feed((ipc.MAX_MESSAGE + 1).to_bytes(8, "little"))
