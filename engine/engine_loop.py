@@ -8,7 +8,7 @@ engine process (engine.process). It owns the EngineCore; everything else reaches
   worker process's socket). After each step every channel gets ONE `deliver()` with all of its requests' items, in
   the engine's order: per request, its chunks, then None if it was cancelled or the EngineError that ends it.
 - When idle, an arrival waits for the rest of its burst (until `coalesce_ms` pass without another, at most
-  `coalesce_max_ms`), so that the burst lands in one prefill; a burst enters at the pace its senders tokenize, and a
+  `coalesce_max_ms`), so that the burst lands in one prefill; a burst enters at the pace its senders send, and a
   fixed window would cut it. While busy, arrivals join at the next step boundary.
 - While the next step is due to admit more than `first_chunk_hold_positions` prompt positions, a request's first
   chunk is held back and handed over with its second (EngineConfig says why); an abort drops it.
