@@ -7,9 +7,12 @@ engine process (engine.process). It owns the EngineCore; everything else reaches
 - Each request belongs to a `Channel`, the way its chunks travel to its consumer (an event loop in this process, or a
   worker process's socket). After each step every channel gets ONE `deliver()` with all of its requests' items, in
   the engine's order: per request, its chunks, then None if it was cancelled or the EngineError that ends it.
-- When idle, an arrival waits for the rest of its burst (until `coalesce_ms` pass without another, at most
-  `coalesce_max_ms`), so that the burst lands in one prefill; a burst enters at the pace its senders send, and a
-  fixed window would cut it. While busy, arrivals join at the next step boundary.
+- A lone arrival at an idle engine is admitted at once (the lead: a lone request waits for nothing) and opens a burst
+  window: the arrivals after it wait for the rest of their burst (until `coalesce_ms` pass without another, at most
+  `coalesce_max_ms` after the window opened), so that the burst lands in one prefill, while the lead streams on.
+  Several arrivals queued at once are a burst under way: they open the window and wait in it, none leading. A burst
+  enters at the pace its senders send, and a fixed window would cut it. Commands queued behind a waiting arrival
+  wait with it (an abort must not overtake its request). Otherwise arrivals join at the next step boundary.
 - While the next step is due to admit more than `first_chunk_hold_positions` prompt positions, a request's first
   chunk is held back and handed over with its second (EngineConfig says why); an abort drops it.
 - Back-pressure is the consumer's: it sends `Pause` when it lags `max_buffered_chunks` behind and `Resume` once it
@@ -116,6 +119,8 @@ class EngineLoop:
         self._stopping = False  # guarded by _cond
         self._dead = False  # guarded by _cond: the loop has exited, commands are refused
         self._last_add = 0.0  # guarded by _cond: time.monotonic() of the newest Add
+        self._burst_cap = 0.0  # guarded by _cond: time.monotonic() at which the open burst window closes at the latest
+        self._lead = False  # guarded by _cond: the queued commands include a lead, to be admitted at once
         self._owners: dict[str, Channel] = {}  # loop thread only: the channel of every open request
         self._held: dict[str, AudioChunk] = {}  # loop thread only: first chunks held back (first_chunk_hold_positions)
         self._stepped_since_trim = False  # loop thread only
@@ -175,7 +180,8 @@ class EngineLoop:
         self._stepped_since_trim = True  # loading and warming up left freed buffers behind too
 
     def _wait_for_work(self) -> bool:
-        """Block while idle; after idling, wait for the rest of a burst (module docstring). False: stop."""
+        """Block while idle; an arrival then opens a burst window as its lead, or, the window's lead having finished,
+        waits for the rest of its burst (module docstring). False: stop."""
         with self._cond:
             if self.core.has_work():
                 return not self._stopping
@@ -189,18 +195,47 @@ class EngineLoop:
                         trim_heap()
                     finally:
                         self._cond.acquire()
-            if any(isinstance(command, Add) for command in self._commands):
-                cap = time.monotonic() + self.config.coalesce_max_ms / 1e3
-                while not self._stopping:
-                    deadline = min(self._last_add + self.config.coalesce_ms / 1e3, cap)
-                    if (remaining := deadline - time.monotonic()) <= 0:
-                        break
-                    self._cond.wait(remaining)
+            adds = sum(isinstance(command, Add) for command in self._commands)
+            if adds:
+                if not self._burst_open(time.monotonic()):
+                    self._burst_cap = time.monotonic() + self.config.coalesce_max_ms / 1e3
+                    # A lone arrival leads; several at once are a burst already under way, which waits whole: led,
+                    # the rest of it would wait for the lead's step (on an H200, 512 sessions: a lead of 14 sessions
+                    # took 386 ms, its burst's first frames came 162 ms later).
+                    self._lead = adds == 1
+                if not self._lead:  # wait for the burst to go quiet
+                    while not self._stopping and (deadline := self._burst_open(time.monotonic())) is not None:
+                        self._cond.wait(deadline - time.monotonic())
             return not self._stopping
 
-    def _run_commands(self) -> None:
+    def _burst_open(self, now: float) -> float | None:
+        """Under _cond: while a burst window is open, when its waiting arrivals are due; None once it has closed (and
+        it is closed here once they are due: later arrivals join at step boundaries until the engine idles again)."""
+        if not self._burst_cap:
+            return None
+        deadline = min(self._last_add + self.config.coalesce_ms / 1e3, self._burst_cap)
+        if deadline <= now:
+            self._burst_cap = 0.0
+            return None
+        return deadline
+
+    def _take_commands(self) -> list[Command]:
+        """The queued commands due now: all of them, but while a burst window is open (module docstring) only those
+        ahead of its first waiting arrival."""
         with self._cond:
-            commands, self._commands = self._commands, []
+            if self._lead or self._burst_open(time.monotonic()) is None:
+                self._lead = False
+                commands, self._commands = self._commands, []
+                return commands
+            first_add = next((i for i, command in enumerate(self._commands) if isinstance(command, Add)), None)
+            if first_add is None:
+                commands, self._commands = self._commands, []
+            else:
+                commands, self._commands = self._commands[:first_add], self._commands[first_add:]
+            return commands
+
+    def _run_commands(self) -> None:
+        commands = self._take_commands()
         endings: list[tuple[Channel, str, Item]] = []  # requests these commands end, handed over together
         for command in commands:
             match command:

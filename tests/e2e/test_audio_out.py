@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import numpy as np
 import opuslib
 import pytest
 
-from engine import AsyncEngine, EngineConfig
+from engine import AsyncEngine, EngineConfig, GenerationParams, GenerationRequest
+from engine.sequence import Sequence
 from tests.e2e.client import Client
 from tests.e2e.test_guarantees import check_ordering
 from tests.servers import ServeFactory, running_server
@@ -70,6 +72,11 @@ async def test_pcm_and_mulaw_frames(serve: ServeFactory, fmt: str, rate: int, sa
         await client.close()
 
 
+async def drain(stream: AsyncIterator[object]) -> None:
+    async for _ in stream:
+        pass
+
+
 async def test_a_steps_opus_chunks_leave_a_cushion_per_session_in_turn(
     tiny_checkpoint: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,25 +101,39 @@ async def test_a_steps_opus_chunks_leave_a_cushion_per_session_in_turn(
 
     monkeypatch.setattr(_OpusCodec, "encode", spy_encode)
     monkeypatch.setattr(Session, "next_outgoing", spy_next)
-    # A wide burst window: the three segments are admitted in one step, so their first chunks arrive together.
+    # A wide burst window, opened by a lead request that streams meanwhile (engine.engine_loop): the three segments
+    # gather behind it and are admitted in one step, so their first chunks arrive together.
     config = EngineConfig(
-        model=str(tiny_checkpoint("voxcpm2", stop=False)), device="cpu", max_patches=2, coalesce_ms=500,
-        coalesce_max_ms=2000,
-    )  # fmt: skip
+        model=str(tiny_checkpoint("voxcpm2", stop=False)), device="cpu", coalesce_ms=2000, coalesce_max_ms=10_000
+    )
     engine = AsyncEngine(config)
     await engine.start()
+    admitted: list[int] = []
+    schedule = engine.core.scheduler.schedule
+
+    def recording_schedule() -> list[Sequence]:
+        batch = schedule()
+        admitted.append(sum(seq.is_prefill for seq in batch))
+        return batch
+
+    engine.core.scheduler.schedule = recording_schedule
     try:
         async with running_server(engine, tmp_path / "voices", max_patches=2) as running:
             clients = [await Client.connect(running.ws_url) for _ in range(3)]
+            lead = engine.generate(GenerationRequest(text="A lead.", params=GenerationParams(max_patches=1000)))
+            await anext(lead)
+            streaming = asyncio.create_task(drain(lead))
             for client in clients:
                 await client.send("context.create", ctx="c", output={"format": "opus", "sample_rate": 48000}, text=TEXT)
                 await client.send("context.end", ctx="c")
             for client in clients:
                 await client.until_ended("c")
                 await client.close()
+            streaming.cancel()  # cancels the lead's request (AsyncEngine.generate)
+            await asyncio.gather(streaming, return_exceptions=True)
     finally:
         await engine.close()
-    assert engine.stats().batch_size_avg > 1  # (the warm-up's step counts too) the three shared steps
+    assert [n for n in admitted if n] == [1, 3]  # the lead, then the three segments together
     encoders = [who for what, who in events if what == "encode"]
     runs = [len(list(run)) for _, run in itertools.groupby(encoders)]
     first_turns = encoders[: sum(runs[:3])]

@@ -225,8 +225,11 @@ async def test_close_fails_open_requests(checkpoint):
         await asyncio.wait_for(collect_rest(stream), TIMEOUT)
 
 
-async def _first_prefills(engine: AsyncEngine, delays: dict[str, float]) -> list[list[str]]:
-    """Send one short request per name after its delay (seconds); the request ids each step admitted."""
+async def _first_prefills(
+    engine: AsyncEngine, delays: dict[str, float], max_patches: dict[str, int] | None = None
+) -> list[list[str]]:
+    """Send one short request per name after its delay (seconds; `max_patches`: by name, else 2); the request ids
+    each step admitted."""
     await engine.start()
     schedule = engine.core.scheduler.schedule
     batches: list[list[str]] = []
@@ -240,7 +243,7 @@ async def _first_prefills(engine: AsyncEngine, delays: dict[str, float]) -> list
 
     async def late(name: str, delay: float) -> None:
         await asyncio.sleep(delay)
-        await collect(engine, request(name, max_patches=2))
+        await collect(engine, request(name, max_patches=(max_patches or {}).get(name, 2)))
 
     try:
         await asyncio.wait_for(asyncio.gather(*(late(n, d) for n, d in delays.items())), TIMEOUT)
@@ -249,23 +252,41 @@ async def _first_prefills(engine: AsyncEngine, delays: dict[str, float]) -> list
     return [batch for batch in batches if batch]
 
 
-async def test_a_burst_is_admitted_in_one_prefill(checkpoint):
-    engine = AsyncEngine(engine_config(checkpoint, coalesce_ms=200.0, coalesce_max_ms=200.0))
-    batches = await _first_prefills(engine, {"r0": 0.0, "r1": 0.0, "r2": 0.0})
-    assert batches == [["r0", "r1", "r2"]]
+async def test_a_lone_request_waits_for_no_burst(checkpoint):
+    """The lead of a burst window is admitted at once: with a 3 s window, its first chunk comes in a fraction of it."""
+    engine = AsyncEngine(engine_config(checkpoint, coalesce_ms=3000.0, coalesce_max_ms=3000.0))
+    await engine.start()
+    try:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        stream = engine.generate(request("lone", max_patches=2))
+        await asyncio.wait_for(anext(stream), TIMEOUT)
+        assert loop.time() - start < 1.5
+        await asyncio.wait_for(collect_rest(stream), TIMEOUT)
+    finally:
+        await engine.close()
+
+
+async def test_a_burst_after_its_lead_is_admitted_in_one_prefill(checkpoint):
+    """The lead streams while the rest of its burst gathers (it runs long enough to be stepping meanwhile)."""
+    engine = AsyncEngine(engine_config(checkpoint, coalesce_ms=300.0, coalesce_max_ms=3000.0))
+    batches = await _first_prefills(engine, {"r0": 0.0, "r1": 0.1, "r2": 0.2, "r3": 0.3}, {"r0": 400})
+    assert batches == [["r0"], ["r1", "r2", "r3"]]
 
 
 async def test_the_window_stays_open_while_a_burst_trickles_in(checkpoint):
     """Arrivals closer together than coalesce_ms keep the window open past coalesce_ms: a burst enters at the pace
-    of its senders (tokenizing on the event loop) and still lands in one prefill. (The margins are wide: a loaded CI
-    machine wakes sleepers late.)"""
+    of its senders (tokenizing on the event loop) and still lands in one prefill, after its lead (which has finished
+    meanwhile: the rest waits all the same). A request after the window is the next window's lead. (The margins are
+    wide: a loaded CI machine wakes sleepers late.)"""
     engine = AsyncEngine(engine_config(checkpoint, coalesce_ms=600.0, coalesce_max_ms=5000.0))
     batches = await _first_prefills(engine, {"r0": 0.0, "r1": 0.15, "r2": 0.3, "r3": 0.45, "r4": 3.0})
-    assert batches == [["r0", "r1", "r2", "r3"], ["r4"]]
+    assert batches == [["r0"], ["r1", "r2", "r3"], ["r4"]]
 
 
 async def test_the_window_closes_at_its_cap(checkpoint):
-    """r3 arrives within coalesce_ms of r2 but after coalesce_max_ms: the first prefill does not wait for it."""
+    """r2 arrives within coalesce_ms of r1 but the window closes coalesce_max_ms after the lead: r1 and r2 do not
+    wait for quiet past it, and r3 leads a window of its own."""
     engine = AsyncEngine(engine_config(checkpoint, coalesce_ms=1200.0, coalesce_max_ms=1200.0))
-    batches = await _first_prefills(engine, {"r0": 0.0, "r1": 0.3, "r2": 0.6, "r3": 1.7})
-    assert batches == [["r0", "r1", "r2"], ["r3"]]
+    batches = await _first_prefills(engine, {"r0": 0.0, "r1": 0.3, "r2": 0.6, "r3": 1.9})
+    assert batches == [["r0"], ["r1", "r2"], ["r3"]]

@@ -1,7 +1,8 @@
 """EngineLoop's first-chunk hold (EngineConfig.first_chunk_hold_positions), driven step by step from the test thread
 (standing in for the loop's own): a first chunk waits for the second while a large admission is due, including
-arrivals submitted but not yet queued; it is handed over in order, unchanged; an abort drops it. And the loop on its
-own thread: it trims the heap once per idle spell that follows steps, never while it has work."""
+arrivals submitted but not yet queued; it is handed over in order, unchanged; an abort drops it. A burst window:
+its lead admitted at once, the rest once quiet, an abort never ahead of its request. And the loop on its own thread:
+it trims the heap once per idle spell that follows steps, never while it has work."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ def _loop(checkpoint: Path, hold: int) -> EngineLoop:
     return EngineLoop(EngineCore(engine_config(checkpoint, first_chunk_hold_positions=hold)))
 
 
-def _submit(loop: EngineLoop, channel: Recorder, request_id: str, seed: int) -> None:
-    params = GenerationParams(seed=seed, max_patches=3)
+def _submit(loop: EngineLoop, channel: Recorder, request_id: str, seed: int, max_patches: int = 3) -> None:
+    params = GenerationParams(seed=seed, max_patches=max_patches)
     seq = loop.core.make_sequence(GenerationRequest(text="hello there", params=params, request_id=request_id))
     loop.submit(Add(seq, channel))
 
@@ -103,6 +104,70 @@ def test_an_abort_drops_a_held_chunk(checkpoint: Path) -> None:
     assert ("r1", None) in [entry for batch in channel.deliveries for entry in batch]  # its end, no audio
     assert channel.chunks("r1") == []
     assert [c.index for c in channel.chunks("r2")] == [0, 1, 2]
+
+
+class Clock:
+    """engine_loop's time.monotonic, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_burst_window_admits_its_lead_at_once_and_keeps_an_abort_behind_its_request(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lead goes into the first step; arrivals after it wait until the burst has been quiet for coalesce_ms (here
+    1 s), while the lead streams; an abort queued behind a waiting arrival waits with it, so that it ends its request
+    instead of running before it (the request would then run on, aborted by nobody)."""
+    clock = Clock()
+    monkeypatch.setattr(engine_loop, "time", clock)
+    config = engine_config(checkpoint, coalesce_ms=1000.0, coalesce_max_ms=5000.0)
+    loop, channel = EngineLoop(EngineCore(config)), Recorder()
+    _submit(loop, channel, "lead", 1, max_patches=20)  # stepping throughout
+    assert loop._wait_for_work()  # idle: the lead opens the window and waits for nothing
+    _step(loop)
+    assert [rid for rid, _ in channel.deliveries[0]] == ["lead"]
+    clock.now += 0.5
+    _submit(loop, channel, "r1", 2)
+    loop.submit(Abort("r1"))
+    clock.now += 0.5
+    _submit(loop, channel, "r2", 3)
+    for _ in range(3):
+        clock.now += 0.3  # r2 came 0.9 s ago: not yet quiet
+        assert loop._wait_for_work()  # the lead is stepping: no wait
+        _step(loop)
+    assert [type(command).__name__ for command in loop._commands] == ["Add", "Abort", "Add"]
+    assert {rid for batch in channel.deliveries for rid, _ in batch} == {"lead"}
+    clock.now += 0.2  # quiet for 1.1 s: r1 is admitted, ended by its abort before any step, and r2 joins
+    _step(loop)
+    assert loop._commands == []
+    assert [entry for batch in channel.deliveries for entry in batch if entry[0] == "r1"] == [("r1", None)]
+    assert [rid for rid, _ in channel.deliveries[-1]] == ["lead", "r2"]
+
+
+def test_arrivals_queued_together_at_an_idle_engine_wait_for_quiet_and_a_lone_one_does_not(checkpoint: Path) -> None:
+    """Several arrivals already queued when the idle loop wakes are a burst under way: none leads, all wait until
+    coalesce_ms passed without another, then enter one step. A lone arrival goes at once."""
+    config = engine_config(checkpoint, coalesce_ms=300.0, coalesce_max_ms=5000.0)
+    loop, channel = EngineLoop(EngineCore(config)), Recorder()
+    _submit(loop, channel, "r1", 1)
+    _submit(loop, channel, "r2", 2)
+    start = time.monotonic()
+    assert loop._wait_for_work()
+    assert time.monotonic() - start >= 0.3
+    _step(loop)
+    assert sorted(rid for rid, _ in channel.deliveries[0]) == ["r1", "r2"]
+    while loop.core.has_work():
+        _step(loop)
+    _submit(loop, channel, "r3", 3)
+    start = time.monotonic()
+    assert loop._wait_for_work()
+    assert time.monotonic() - start < 0.3
+    _step(loop)
+    assert [rid for rid, _ in channel.deliveries[-1]] == ["r3"]
 
 
 def test_admission_ahead_counts_the_queue_then_arrivals_within_slots_and_budget(checkpoint: Path) -> None:
