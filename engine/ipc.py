@@ -62,25 +62,6 @@ def send(sock: socket.socket, message: Any) -> None:
             pending.popleft()
 
 
-def recv(sock: socket.socket) -> Any:
-    """Blocking: the next message; EOFError when the peer closed."""
-    (total,) = _U64.unpack(_recv_exactly(sock, _U64.size))
-    if total > MAX_MESSAGE:
-        raise ValueError(f"a message of {total} bytes")
-    return unpack(_recv_exactly(sock, total))
-
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytearray:
-    buffer = bytearray(size)
-    view, got = memoryview(buffer), 0
-    while got < size:
-        n = sock.recv_into(view[got:])
-        if n == 0:
-            raise EOFError("the peer closed the connection")
-        got += n
-    return buffer
-
-
 class Unframer:
     """Messages out of a byte stream read in whatever pieces the socket gave (a reader that takes all a socket holds
     at once, instead of a message at a time): `feed` returns the messages the pieces so far complete."""
