@@ -182,7 +182,7 @@ def settle_for_serving() -> None:
     """Once loaded and warmed up, before the first request. Everything made so far (torch, the model, its graphs)
     lives as long as the process: it leaves the collector's scans, which stop every thread, the step loop's too
     (the server's processes do the same). And the GIL changes hands sooner: the step loop gives it up at every wait
-    for the device, and at Python's 5 ms a reader thread turning a burst of arrivals into sequences kept it that long
+    for the device, and at Python's 5 ms the thread turning a burst of arrivals into sequences kept it that long
     each time (on an H200, 512 sessions starting at once: a level's longest step 267-617 ms, median 412, in 12 levels
     before; 185-509 ms, median 222, in 13 after).
     """
