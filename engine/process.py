@@ -112,6 +112,8 @@ class _WorkerChannel:
                 self.send(("reply", call_id, None))
             except EngineError as exc:
                 self.send(("reply", call_id, exc))
+        else:
+            raise ValueError(f"unknown command {kind!r}")
 
     def _load_lora(self, call_id: int, name: str, directory: str) -> None:
         try:
@@ -171,8 +173,10 @@ class _Intake:
             return
         except EngineError as exc:  # the engine stopped: the worker hears it from the step loop's shut-down
             logger.debug("engine stopped while reading a worker: %s", exc)
-        except (EOFError, OSError, ValueError):
+        except (EOFError, OSError):
             pass
+        except Exception:  # a command this end cannot take: that worker's link is broken, the others' are not
+            logger.exception("dropping a worker whose command failed")
         channel.gone()
         self.selector.unregister(channel.sock)
         channel.sock.close()

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import EngineError, FinishReason, GenerationParams, GenerationRequest, Prompt
+from engine import EngineError, FinishReason, GenerationParams, GenerationRequest, Prompt, ipc
 from engine.client import EngineClient
 from engine.process import SWITCH_INTERVAL_S, run, settle_for_serving
 from tests.engine.helpers import engine_config
@@ -150,6 +150,22 @@ async def test_workers_come_and_go_while_others_stream(served: tuple[multiproces
         await passing.close()
     assert [chunk.index async for chunk in long] == list(range(1, 40))
     assert len(await asyncio.wait_for(collect(staying, request("after")), TIMEOUT)) == 6
+    await staying.close()
+
+
+async def test_a_worker_whose_command_fails_is_dropped_alone(served: tuple[multiprocessing.Process, str]) -> None:
+    """The one intake thread survives a command it cannot take: only that worker's connection ends."""
+    staying = await EngineClient.connect(served[1])
+    stream = staying.generate(request("on", max_patches=30))
+    await anext(stream)
+    for message in (("add",), ("abort", "a", "b"), ("no such command", 1)):
+        reader, writer = await asyncio.open_unix_connection(served[1])
+        ipc.write(writer, message)
+        async with asyncio.timeout(TIMEOUT):
+            await reader.read()  # the engine's hello, then the end of the connection
+        assert reader.at_eof()
+        writer.close()
+    assert [chunk.index async for chunk in stream] == list(range(1, 30))
     await staying.close()
 
 
