@@ -36,7 +36,8 @@ class EngineConfig:
     first_chunk_hold_positions: int = 0
     max_buffered_chunks: int = 32  # a request whose consumer lags this far is paused (no engine work)
     # A file that gets one JSON line per step (when it started on the host's monotonic clock, how long it took, its
-    # batch and admissions): the timeline that says why a stream waited. "": none.
+    # batch and admissions, and when the admitted requests were made and taken in): the timeline that says why a
+    # stream waited. "": none.
     step_trace: str = ""
     # VoxCPM: the LocDiT's qkv, gate/up and down GEMMs in FP8 (e4m3, per-token and per-feature scales), about twice
     # the bf16 rate on an H100; its drift from bf16 is bounded in tests/engine/models/voxcpm/test_fp8.py.
