@@ -60,11 +60,12 @@ class ServerConfig:
     max_num_seqs: int = 64  # engine slots: segments generating at once; more wait in the server's FIFO
     max_patches: int = 2000  # absolute cap on patches per segment
     max_prefill_tokens: int = 8192  # prompt positions an engine step admits (EngineConfig)
-    # Idle engine: a lone request goes at once; the ones after it, or several arriving together, wait until none
-    # arrived for coalesce_ms, at most coalesce_max_ms after the first (EngineConfig, engine.engine_loop). Wider than the engine's own defaults (1, 20): a burst of sessions reaches the engine through the
-    # workers' segmenters and IPC, spread over tens of ms with gaps of a few. Cut in two, its first wave starts
-    # playing and then waits out the second wave's prefill: on one H100, 256 Opus sessions starved 69 times at 1/20
-    # ms (each at 0.14 s of audio) and never at 5/150, whose first frames also came sooner (p50 330 ms, not 416).
+    # Idle engine: a lone request goes at once; the ones after it, or several arriving together, wait until none arrived
+    # for coalesce_ms, at most coalesce_max_ms after the first (EngineConfig, engine.engine_loop). Wider than the
+    # engine's own defaults (1, 20): a burst of sessions reaches the engine through the workers' segmenters and IPC,
+    # spread over tens of ms with gaps of a few. Cut in two, its first wave starts playing and then waits out the second
+    # wave's prefill: on one H100, 256 Opus sessions starved 69 times at 1/20 ms (each at 0.14 s of audio) and never at
+    # 5/150, whose first frames also came sooner (p50 330 ms, not 416).
     coalesce_ms: float = 5.0
     coalesce_max_ms: float = 150.0
     # A stream's first chunk waits for its second while the next engine step is due to admit more than this many
