@@ -1,7 +1,7 @@
 """An engine in a process of its own, serving the server's worker processes over a Unix socket (engine.client is the
 other end).
 
-The process's main thread runs the step loop (engine.engine_loop). One thread reads every worker's commands (`_Intake`:
+The process's main thread runs the step loop (engine.engine_loop). One thread reads every worker's commands (`Intake`:
 making the requests' sequences there, off the step loop), and each connected worker has a thread that writes the step's
 items to it, so a worker that is slow to read delays only its own audio, never a step. A worker that goes away (its
 socket closes) loses its requests at the next step boundary. The supervisor starts this process with `run` as the target
@@ -47,8 +47,8 @@ SWITCH_INTERVAL_S = 0.0005  # the GIL's hand-over interval while serving (settle
 READ_BYTES = 1 << 18  # the most the intake takes from one worker's socket at a turn
 
 
-class _WorkerChannel:
-    """One worker's connection: its commands in (read by the process's `_Intake`), its requests' items out."""
+class WorkerChannel:
+    """One worker's connection: its commands in (read by the process's `Intake`), its requests' items out."""
 
     def __init__(self, sock: socket.socket, engine: EngineLoop) -> None:
         self.sock, self.engine = sock, engine
@@ -131,7 +131,7 @@ class _WorkerChannel:
             self.engine.submit(DropChannel(self))
 
 
-class _Intake:
+class Intake:
     """One thread reads every worker's commands, taking all that a socket holds at each turn.
 
     A burst of sessions sends its first requests through every worker at once. With a reader thread per worker, each
@@ -142,12 +142,12 @@ class _Intake:
 
     def __init__(self) -> None:
         self.selector = selectors.DefaultSelector()
-        self._new: queue.SimpleQueue[_WorkerChannel] = queue.SimpleQueue()
+        self._new: queue.SimpleQueue[WorkerChannel] = queue.SimpleQueue()
         self._wake_read, self._wake = socket.socketpair()
         self.selector.register(self._wake_read, selectors.EVENT_READ)
         threading.Thread(target=self._run, name="engine-recv", daemon=True).start()
 
-    def add(self, channel: _WorkerChannel) -> None:
+    def add(self, channel: WorkerChannel) -> None:
         """Any thread: read `channel` from now on."""
         self._new.put(channel)
         self._wake.send(b"\0")
@@ -163,7 +163,7 @@ class _Intake:
                 else:
                     self._read(key.data)
 
-    def _read(self, channel: _WorkerChannel) -> None:
+    def _read(self, channel: WorkerChannel) -> None:
         try:
             data = channel.sock.recv(READ_BYTES)
             if not data:
@@ -234,16 +234,16 @@ def run(config: EngineConfig, path: str, control: Connection, gpu: str | None = 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    channels: list[_WorkerChannel] = []
+    channels: list[WorkerChannel] = []
 
     def accept() -> None:
-        intake = _Intake()
+        intake = Intake()
         while True:
             try:
                 sock, _ = listener.accept()
             except OSError:
                 return
-            channel = _WorkerChannel(sock, engine)
+            channel = WorkerChannel(sock, engine)
             channel.send(("hello", engine.core.info, engine.stats(), os.getpid()))
             channels.append(channel)
             intake.add(channel)
