@@ -97,6 +97,7 @@ async def main(args: argparse.Namespace) -> None:
         fp8_gemms=args.fp8_gemms == "on",
         pacing_margin_ms=args.pacing_margin_ms,
         pacing_max_hold_ms=args.pacing_max_hold_ms,
+        step_trace=args.step_trace,
     )
     engine = AsyncEngine(config)
     await engine.start()
@@ -196,4 +197,5 @@ if __name__ == "__main__":
     engine_defaults = EngineConfig(model="")
     p.add_argument("--pacing-margin-ms", type=float, default=engine_defaults.pacing_margin_ms)
     p.add_argument("--pacing-max-hold-ms", type=float, default=engine_defaults.pacing_max_hold_ms)
+    p.add_argument("--step-trace", default="", help="append one JSON line per engine step to this file")
     asyncio.run(main(p.parse_args()))

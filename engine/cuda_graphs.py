@@ -52,6 +52,43 @@ PREFILL_SEQ_BUCKETS = (1, 2, 4, 8)
 PREFILL_TOKEN_BUCKETS = (64, 128, 256, 512)
 
 
+# Eager prefills (admissions past the backbone graphs: many sequences, long or audio prompts) run over a position
+# count padded up to a size of this ladder. cuBLAS chooses a GEMM's algorithm the first time it sees the GEMM's shape,
+# 3.4-4.5 ms for each new shape on an H200 (its first-call heuristics; the step's host thread waits for it), and an
+# admission's position count is seldom one seen before: a step admitting 8,190 positions, for one, spent ~20 ms in
+# these choices (a profile: 145 ms, the same admission again 101 ms). The ladder has eight sizes an octave (padding
+# at most an eighth: padded positions are inert, as in the graphs' token buckets), each run once at start
+# (ModelRunner.warm_up), so that no admission meets a new shape.
+EAGER_TOKENS_MIN = 16
+
+
+def eager_tokens(n: int) -> int:
+    """The ladder's smallest size >= n positions: multiples of 16 up to 128, then of an eighth of the largest power
+    of two below n."""
+    step = max(EAGER_TOKENS_MIN, (1 << max(0, (n - 1).bit_length() - 1)) // 8)
+    return -(-n // step) * step
+
+
+def eager_token_ladder(max_tokens: int) -> list[int]:
+    """Every size `eager_tokens` gives for 1..max_tokens positions, ascending."""
+    sizes = [eager_tokens(1)]
+    while sizes[-1] < max_tokens:
+        sizes.append(eager_tokens(sizes[-1] + 1))
+    return sizes
+
+
+def cache_pinned_rows(max_rows: int, width: int) -> None:
+    """Have torch's pinned host allocator cache two float32 [rows, width] buffers for every batch bucket up to
+    `max_rows`: a step's result buffer is one (`run` takes a fresh one per step, the chunks handed out keep views of
+    it, so a step's and the one before it may be alive together). The allocator keeps a freed pinned buffer for
+    reuse by size class (powers of two); a class first met mid-serve costs the step a pinning allocation (~2.6 and
+    5.4 ms for the first burst's 91-row step on an H200). Consecutive buckets differ by at most 2x, so every row
+    count's class is one of theirs."""
+    for rows in bucket_sizes(max_rows):
+        pair = [torch.empty((rows, width), pin_memory=True) for _ in range(2)]
+        del pair  # both back to the allocator's cache
+
+
 def bucket_sizes(max_batch: int) -> list[int]:
     return sorted({b for b in BUCKETS if b < max_batch} | {max_batch})
 

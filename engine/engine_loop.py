@@ -172,10 +172,13 @@ class EngineLoop:
         self.shut_down(error)
 
     def _warm_up(self) -> None:
+        start = time.monotonic()
+        self.core.runner.warm_up()
         request = GenerationRequest(text="Warm up.", params=GenerationParams(seed=0, max_patches=2))
         self.core.add_request(request)
         while self.core.has_work():
             self.core.step()
+        logger.info("warmed up in %.2f s", time.monotonic() - start)
         self._stats = self.core.stats()
         self._stepped_since_trim = True  # loading and warming up left freed buffers behind too
 

@@ -97,10 +97,11 @@ class TorchAttention:
         mask |= (k_pos == 0)[None, None, :] & (seq_lens == 0)[:, None, None]
         out = _attend(queries, keys, values, mask, scale, self.kernel)
 
-        # Back to the packed axis: position n belongs to sequence b at offset n - cu[b].
+        # Back to the packed axis: position n belongs to sequence b at offset n - cu[b]. Positions past the last
+        # sequence (an admission padded to a size) take any row: theirs are discarded.
         n = torch.arange(q.shape[0], device=device)
         seq_of = torch.searchsorted(cu[1:], n, right=True).clamp(max=num_seqs - 1)
-        return out[seq_of, n - cu[seq_of]]
+        return out[seq_of, (n - cu[seq_of]).clamp(max=meta.max_seqlen_q - 1)]
 
     def dense(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
         """Bidirectional attention within each row: q [B, S, H, D], k/v [B, S, Hkv, D]. `sdpa` dispatches through

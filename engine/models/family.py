@@ -50,6 +50,11 @@ class ModelRunner(Protocol):
         Host work only, touching no runner state: callers run it on their own threads."""
         ...
 
+    def warm_up(self) -> None:
+        """Before the first step, on the thread that runs the steps: whatever a step would otherwise pay for at the
+        first use of a shape or size (library choices, allocations), over scratch state only."""
+        ...
+
     def run(self, batch: list[Sequence]) -> StepResult:
         """One step over the scheduler's batch: prefill the sequences with `is_prefill` (newly admitted, each with a
         fresh `slot` and `block_table`: reset that slot's state), one patch for every other one. Waits for the

@@ -15,7 +15,14 @@ import pytest
 import torch
 
 from engine import cuda_graphs
-from engine.cuda_graphs import PrefillBuckets, bucket_sizes, smallest_fit
+from engine.cuda_graphs import (
+    PrefillBuckets,
+    bucket_sizes,
+    cache_pinned_rows,
+    eager_token_ladder,
+    eager_tokens,
+    smallest_fit,
+)
 from engine.device import native_convs
 from engine.engine_core import EngineCore
 from engine.models.voxcpm.runner import VoxCPMRunner
@@ -128,6 +135,20 @@ def _graphed_on_cpu(core: EngineCore, monkeypatch: pytest.MonkeyPatch, prefill_g
             names[getattr(graphs, name).body] = name
     replays.clear()  # the captures' own calls
     return replays
+
+
+def test_eager_prefills_pad_to_a_ladder_of_eight_sizes_an_octave() -> None:
+    assert [eager_tokens(n) for n in (1, 16, 17, 128, 129, 1024, 1025, 8190, 8192)] == [
+        16, 16, 32, 128, 144, 1024, 1152, 8192, 8192,
+    ]  # fmt: skip
+    for n in range(1, 20_000):
+        size = eager_tokens(n)
+        assert n <= size and eager_tokens(size) == size  # a size pads to itself
+        assert size - n < max(16, n / 8)  # at most an eighth past 128 positions
+    ladder = eager_token_ladder(8192)
+    assert len(ladder) == 56 and ladder[-1] == 8192 and ladder == sorted(set(ladder))
+    assert {eager_tokens(n) for n in range(1, 8193)} == set(ladder)
+    assert eager_token_ladder(8193)[-1] == 9216 and eager_token_ladder(1) == [16]
 
 
 def test_graph_plumbing_on_cpu(tiny_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -349,3 +370,19 @@ def test_mixed_steps_graphed_equal_eager(tiny_checkpoint) -> None:
         assert (core.runner.graphs is None) == eager
         results.append(_run_mixed_steps(core))
     _assert_same_chunks(*results)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cached_pinned_rows_serve_every_step_without_pinning_more() -> None:
+    """After cache_pinned_rows, a step's result buffer of any row count, with the previous step's still alive, is
+    served from the host allocator's cache."""
+    width = 7937  # VoxCPM2's packed row: a patch of latents, its audio, the stop flag
+    cache_pinned_rows(512, width)
+    before = torch.cuda.host_memory_stats()["num_host_alloc"]
+    previous = None
+    for rows in range(1, 513):
+        current = torch.empty((rows, width), pin_memory=True)
+        previous = current
+    del previous, current
+    assert torch.cuda.host_memory_stats()["num_host_alloc"] == before

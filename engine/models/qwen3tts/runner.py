@@ -54,7 +54,15 @@ import torch
 
 from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
-from engine.cuda_graphs import GraphSet, PrefillBuckets, bucket_sizes, smallest_fit
+from engine.cuda_graphs import (
+    GraphSet,
+    PrefillBuckets,
+    bucket_sizes,
+    cache_pinned_rows,
+    eager_token_ladder,
+    eager_tokens,
+    smallest_fit,
+)
 from engine.device import kv_pool_blocks, native_convs, resolve_device, resolve_dtype
 from engine.lora.pool import LoRAPool
 from engine.models.family import StepResult
@@ -213,6 +221,11 @@ class Qwen3Runner:
         rows = config.max_num_seqs
         self._step_input = torch.zeros(rows, 3, dtype=torch.int64, device=device)
         self._step_staging = torch.zeros(rows, 3, dtype=torch.int64, pin_memory=device.type == "cuda")
+        # Eager prefills pad their positions to engine.cuda_graphs' ladder where cuBLAS runs them (see there), up to
+        # the longest admission: a step's budget, or one prompt alone.
+        self.pad_eager_prefill = device.type == "cuda"
+        self.eager_max_tokens = max(config.max_prefill_tokens, config.max_model_len)
+        self.max_num_seqs = rows
         self.graphs: StepGraphs | None = None
         if device.type == "cuda" and not config.enforce_eager:
             self.graphs = self._capture_graphs(rows, config.prefill_graph_tokens)
@@ -258,6 +271,23 @@ class Qwen3Runner:
         # more keys than max_model_len (rounded up to blocks), the width of a block table.
         max_k = min(tokens, self.max_blocks_per_seq * self.block_size)
         self._prefill_body(packed, self._prefill_rows[:tokens], tokens, rows, tokens, max_k)
+
+    @torch.inference_mode()
+    def warm_up(self) -> None:
+        """Where eager prefills are padded: the talker over the scratch slot at every size of the ladder, so that
+        cuBLAS has chosen every GEMM of an eager admission before the first request; and the pinned result buffers
+        of every batch bucket (engine.cuda_graphs.cache_pinned_rows)."""
+        if not self.pad_eager_prefill:
+            return
+        sizes = eager_token_ladder(self.eager_max_tokens)
+        x = torch.zeros(sizes[-1], self.config.talker.stack.hidden_size, device=self.device, dtype=self.dtype)
+        for tokens in sizes:
+            packed = self._to_device(self._pack_prefill([], tokens, 1))
+            max_k = min(tokens, self.max_blocks_per_seq * self.block_size)  # bounds, as in `_prefill_graph_body`
+            self._prefill_body(packed, x[:tokens], tokens, 1, tokens, max_k)
+        if self.device.type == "cuda":
+            cache_pinned_rows(self.max_num_seqs, self.packed_width)
+            torch.cuda.current_stream(self.device).synchronize()
 
     def _encoder_digest(self) -> str:
         """Voices are bound to the codec encoder and the speaker encoder: a digest of both's weights."""
@@ -373,19 +403,20 @@ class Qwen3Runner:
 
     def _prefill(self, seqs: list[Sequence]) -> None:
         """The talker over the admitted prompts and codebook 0 of frame 0 into their slots: replayed from the
-        graph of the smallest (token, sequence) bucket holding them, padded (see `_pack_prefill`), or eager over
-        the prompts alone (enforce_eager, the CPU, admissions past the buckets)."""
+        graph of the smallest (token, sequence) bucket holding them, padded (see `_pack_prefill`), or eager
+        (enforce_eager, the CPU, admissions past the buckets) over the prompts, padded to the eager ladder where
+        `pad_eager_prefill`."""
         graphs = self.graphs
         tokens = sum(seq.num_prompt for seq in seqs)
         key = None
         if graphs is not None and graphs.prefill_buckets is not None:
             key = graphs.prefill_buckets.key_for(tokens, len(seqs))
-        padded_tokens, rows = key or (tokens, len(seqs))
+        padded_tokens, rows = key or (eager_tokens(tokens) if self.pad_eager_prefill else tokens, len(seqs))
         packed = self._to_device(self._pack_prefill(seqs, padded_tokens, rows))
         x = self.model.embed_prompts([seq.prompt.prompt for seq in seqs], packed[: 2 * padded_tokens].view(2, -1))
         if key is None:
             longest = max(seq.num_prompt for seq in seqs)
-            self._prefill_body(packed, x, tokens, rows, longest, longest)
+            self._prefill_body(packed, x, padded_tokens, rows, longest, longest)
             return
         assert graphs is not None and graphs.prefill is not None
 

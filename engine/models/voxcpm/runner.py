@@ -41,7 +41,15 @@ import torch
 
 from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
-from engine.cuda_graphs import GraphSet, PrefillBuckets, bucket_sizes, smallest_fit
+from engine.cuda_graphs import (
+    GraphSet,
+    PrefillBuckets,
+    bucket_sizes,
+    cache_pinned_rows,
+    eager_token_ladder,
+    eager_tokens,
+    smallest_fit,
+)
 from engine.device import kv_pool_blocks, native_convs, resolve_device, resolve_dtype
 from engine.lora.pool import LoRALimits, LoRAPool
 from engine.models.family import StepResult
@@ -132,6 +140,7 @@ class VoxCPMRunner:
         self.model.allocate_kv_cache(self.num_kv_blocks + 1, self.block_size)
 
         # Slot max_num_seqs is the scratch slot: padded graph rows read and write its state, never a request's.
+        self.max_num_seqs = config.max_num_seqs
         self.scratch_slot = config.max_num_seqs
         num_slots = config.max_num_seqs + 1
         # The decoder runs in fp16 on CUDA (0.3 % rel. RMS from fp32, ~1.6x faster at batch) and fp32 on the CPU;
@@ -188,6 +197,10 @@ class VoxCPMRunner:
             max_loras=config.max_loras,
             max_lora_rank=config.max_lora_rank if config.max_loras else 0,
         )
+        # Eager prefills pad their positions to engine.cuda_graphs' ladder where cuBLAS runs them (see there), up to
+        # the longest admission: a step's budget, or one prompt alone.
+        self.pad_eager_prefill = self.device.type == "cuda"
+        self.eager_max_tokens = max(config.max_prefill_tokens, config.max_model_len)
         self.graphs: StepGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager:
             self.graphs = self._capture_graphs(config.max_num_seqs, config.prefill_graph_tokens)
@@ -569,13 +582,38 @@ class VoxCPMRunner:
         return inputs, slots
 
     def _prefill_inputs(self, seqs: list[Sequence]) -> tuple[BackboneInputs, torch.Tensor]:
-        """The backbone's inputs over the prompts of newly admitted requests (unpadded), and their slots."""
-        tokens = sum(seq.num_prompt for seq in seqs)
+        """The backbone's inputs over the prompts of newly admitted requests (positions padded to the eager ladder
+        where `pad_eager_prefill`), and their slots."""
+        tokens = n = sum(seq.num_prompt for seq in seqs)
+        if self.pad_eager_prefill:
+            tokens = eager_tokens(n)
         packed = self._to_device(self._pack_prefill(seqs, tokens, len(seqs)))
-        feats = self._to_device(np.concatenate([seq.prompt.feats for seq in seqs]))
-        max_seqlen = max(seq.num_prompt for seq in seqs)
         text_only = not any(seq.prompt.audio_mask.any() for seq in seqs)
+        if text_only:  # the backbone reads no latents then but the last positions' (zero): none to pack and copy
+            feats = torch.zeros(tokens, self.patch_size, self.feat_dim, dtype=self.dtype, device=self.device)
+        else:
+            padding = np.zeros((tokens - n, self.patch_size, self.feat_dim), dtype=np.float32)
+            feats = self._to_device(np.concatenate([*(seq.prompt.feats for seq in seqs), padding]))
+        max_seqlen = max(seq.num_prompt for seq in seqs)
         return self._unpack_prefill(packed, feats, tokens, len(seqs), max_seqlen, max_seqlen, text_only)
+
+    @torch.inference_mode()
+    def warm_up(self) -> None:
+        """Where eager prefills are padded: one backbone pass over the scratch slot at every size of the ladder,
+        text only, so that cuBLAS has chosen every GEMM of an eager admission before the first request; and the
+        pinned result buffers of every batch bucket (engine.cuda_graphs.cache_pinned_rows)."""
+        if not self.pad_eager_prefill:
+            return
+        sizes = eager_token_ladder(self.eager_max_tokens)
+        feats = torch.zeros(sizes[-1], self.patch_size, self.feat_dim, dtype=self.dtype, device=self.device)
+        for tokens in sizes:
+            packed = self._to_device(self._pack_prefill([], tokens, 1))
+            max_k = min(tokens, self.max_blocks_per_seq * self.block_size)  # bounds, as in the backbone's graphs
+            inputs, _ = self._unpack_prefill(packed, feats[:tokens], tokens, 1, tokens, max_k, text_only=True)
+            self.model.backbone(inputs)
+        if self.device.type == "cuda":
+            cache_pinned_rows(self.max_num_seqs, self.packed_width)
+            torch.cuda.current_stream(self.device).synchronize()
 
     @torch.inference_mode()
     def encode_audio(self, wav: np.ndarray, padding: str) -> np.ndarray:

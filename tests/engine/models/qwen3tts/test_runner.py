@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from engine.cuda_graphs import eager_token_ladder, eager_tokens
 from engine.engine_core import EngineCore
 from engine.models.qwen3tts import ClonePrompt, VoiceRequest, build_prompt
 from engine.models.qwen3tts.generate import GenerationSettings, OfflineGenerator
@@ -187,3 +188,77 @@ def test_fp8_gemms_are_refused(qwen_checkpoint) -> None:
     """FP8 GEMMs are a VoxCPM option: a Qwen3-TTS engine asked for them fails at start, not silently in bf16."""
     with pytest.raises(ValueError, match="fp8_gemms is for VoxCPM"):
         EngineCore(engine_config(qwen_checkpoint("base-0.6b"), fp8_gemms=True))
+
+
+def _record_prefill_positions(runner) -> list[int]:
+    """The position count of every talker prefill that `runner` runs from now on, in order."""
+    positions: list[int] = []
+    body = runner._prefill_body
+
+    def record(packed, x, tokens, *rest):
+        positions.append(tokens)
+        return body(packed, x, tokens, *rest)
+
+    runner._prefill_body = record
+    return positions
+
+
+def _two_admissions(core: EngineCore) -> dict[str, list[AudioChunk]]:
+    """Two requests admitted together, a third a frame later; greedy, so that the codes compare exactly."""
+    core.add_request(_request("a", "Hello there.", 1, Prompt(speaker="ryan"), temperature=0.0, max_patches=4))
+    core.add_request(_request("b", "A longer line to say.", 2, Prompt(speaker="aiden"), temperature=0.0, max_patches=4))
+    chunks: dict[str, list[AudioChunk]] = defaultdict(list)
+    for chunk in core.step():
+        chunks[chunk.request_id].append(chunk)
+    core.add_request(_request("c", "Late.", 3, Prompt(speaker="ryan"), temperature=0.0, max_patches=3))
+    for request_id, more in _run(core).items():
+        chunks[request_id] += more
+    return chunks
+
+
+def test_padded_eager_prefills_change_no_codes(qwen_checkpoint) -> None:
+    """Eager admissions padded to the ladder (as on CUDA; forced here on the CPU, where every admission is eager)
+    give the codes and audio of unpadded ones."""
+    results = []
+    for pad in (False, True):
+        core = EngineCore(engine_config(qwen_checkpoint("customvoice-0.6b"), dtype="float64", max_num_seqs=4))
+        core.runner.pad_eager_prefill = pad
+        positions = _record_prefill_positions(core.runner)
+        results.append(_two_admissions(core))
+        assert len(positions) == 2
+        if pad:
+            assert all(eager_tokens(n) == n for n in positions)
+        else:
+            assert any(eager_tokens(n) != n for n in positions)  # so that padding them changes their shapes
+    unpadded, padded = results
+    assert unpadded.keys() == padded.keys() == {"a", "b", "c"}
+    for key in unpadded:
+        assert torch.equal(_codes(padded[key]), _codes(unpadded[key]))
+        np.testing.assert_allclose(
+            np.concatenate([c.samples for c in padded[key]]), np.concatenate([c.samples for c in unpadded[key]]),
+            rtol=1e-10, atol=1e-10,
+        )  # fmt: skip
+
+
+def test_warm_up_runs_the_ladder_over_scratch_state_only(qwen_checkpoint) -> None:
+    """Where eager prefills are padded, the warm-up runs the talker once at every size of the ladder up to the
+    longest admission, and what the engine generates afterwards is what a fresh engine generates."""
+    results = []
+    for warm in (False, True):
+        config = engine_config(
+            qwen_checkpoint("customvoice-0.6b"), dtype="float64", max_num_seqs=4, max_model_len=60,
+            max_prefill_tokens=40,
+        )  # fmt: skip
+        core = EngineCore(config)
+        core.runner.pad_eager_prefill = True
+        if warm:
+            positions = _record_prefill_positions(core.runner)
+            core.runner.warm_up()
+            assert positions == eager_token_ladder(60) == [16, 32, 48, 64]
+        results.append(_two_admissions(core))
+    cold, warmed = results
+    for key in cold:
+        assert torch.equal(_codes(warmed[key]), _codes(cold[key]))
+        np.testing.assert_array_equal(
+            np.concatenate([c.samples for c in warmed[key]]), np.concatenate([c.samples for c in cold[key]])
+        )

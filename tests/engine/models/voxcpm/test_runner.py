@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import torch
 
+from engine.cuda_graphs import eager_token_ladder, eager_tokens
 from engine.engine_core import EngineCore
 from engine.models.voxcpm.batch import BackboneInputs, ModelInputs
 from engine.models.voxcpm.runner import VoxCPMRunner
@@ -142,3 +143,82 @@ def test_runner_steps_equal_the_single_forward(checkpoint, monkeypatch, dtype):
     assert split.keys() == single.keys() and len(split) == 4
     for key in split:
         np.testing.assert_array_equal(split[key], single[key])
+
+
+def _record_prefill_positions(runner: VoxCPMRunner) -> list[int]:
+    """The position count of every prefill that `runner`'s backbone runs from now on, in order."""
+    positions: list[int] = []
+    backbone = runner.model.backbone
+
+    def record(inputs: BackboneInputs):
+        if not inputs.attn.decode_only:
+            positions.append(len(inputs.token_ids))
+        return backbone(inputs)
+
+    runner.model.backbone = record
+    return positions
+
+
+def _mixed_admissions(core: EngineCore) -> dict[str, np.ndarray]:
+    """Three text prompts admitted in one step, then a continuation prompt with audio: every patch and its audio."""
+    shape = (3, core.info.patch_size, core.info.feat_dim)
+    latents = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    for i, text in enumerate(["hello", "a longer line of text", "world"]):
+        core.add_request(GenerationRequest(text=text, params=GenerationParams(seed=i, max_patches=3), request_id=text))
+    chunks: dict[str, list] = {}
+    for step in range(6):
+        if step == 1:
+            params = GenerationParams(seed=9, max_patches=3)
+            prompt = Prompt(text="pp", latents=latents)
+            core.add_request(GenerationRequest(text="late", prompt=prompt, params=params, request_id="audio"))
+        for chunk in core.step():
+            chunks.setdefault(chunk.request_id, []).append(np.concatenate([chunk.latents.ravel(), chunk.samples]))
+    assert not core.has_work()
+    return {key: np.stack(value) for key, value in chunks.items()}
+
+
+def test_padded_eager_prefills_change_no_output(checkpoint):
+    """Eager admissions padded to the ladder (as on CUDA; forced here on the CPU, where every admission is eager)
+    give what the unpadded ones give: text-only ones, whose latents are zeros made on the device, and one with prompt
+    audio, whose latents are padded on the host."""
+    results = []
+    for pad in (False, True):
+        core = EngineCore(engine_config(checkpoint, dtype="float64", max_num_seqs=4))
+        core.runner.pad_eager_prefill = pad
+        positions = _record_prefill_positions(core.runner)
+        results.append(_mixed_admissions(core))
+        assert len(positions) == 2  # the two admissions
+        if pad:
+            assert all(eager_tokens(n) == n for n in positions)
+        else:
+            assert any(eager_tokens(n) != n for n in positions)  # so that padding them changes their shapes
+    unpadded, padded = results
+    assert unpadded.keys() == padded.keys() and len(padded) == 4
+    for key in unpadded:
+        np.testing.assert_allclose(padded[key], unpadded[key], rtol=1e-10, atol=1e-10)
+
+
+def test_warm_up_runs_the_ladder_over_scratch_state_only(checkpoint):
+    """Where eager prefills are padded, the warm-up runs the backbone once at every size of the ladder up to the
+    longest admission (a step's budget or one whole prompt), and what the engine generates afterwards is what a
+    fresh engine generates."""
+    results = []
+    for warm in (False, True):
+        config = engine_config(checkpoint, dtype="float64", max_num_seqs=4, max_model_len=100, max_prefill_tokens=64)
+        core = EngineCore(config)
+        core.runner.pad_eager_prefill = True
+        if warm:
+            positions = _record_prefill_positions(core.runner)
+            core.runner.warm_up()
+            assert positions == eager_token_ladder(100) == [16, 32, 48, 64, 80, 96, 112]
+        results.append(_mixed_admissions(core))
+    cold, warmed = results
+    for key in cold:
+        np.testing.assert_array_equal(warmed[key], cold[key])
+
+
+def test_warm_up_does_nothing_where_prefills_are_not_padded(checkpoint, monkeypatch):
+    runner = VoxCPMRunner(engine_config(checkpoint))
+    assert not runner.pad_eager_prefill  # the CPU: no cuBLAS to warm
+    monkeypatch.setattr(runner.model, "backbone", lambda inputs: pytest.fail("the warm-up ran the backbone"))
+    runner.warm_up()
