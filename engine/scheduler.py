@@ -3,8 +3,9 @@
 Every step decodes all running requests and, in the same batch, prefills newly admitted ones, so an
 admission never freezes the streams already playing (the anchor engine runs prefill-only steps). The
 per-step prefill is bounded by `max_prefill_tokens`, which bounds how much an admission can stretch a
-step. Admission is FIFO and stops at the first request that does not fit (slots, KV blocks, prefill
-budget), so a long prompt cannot be overtaken forever by short ones. With an AdmissionPacer (engine/pacing.py) the
+step, and by the larger `idle_prefill_tokens` when nothing decodes (no stream waits for that step). Admission
+is FIFO and stops at the first request that does not fit (slots, KV blocks, prefill budget), so a long prompt
+cannot be overtaken forever by short ones. With an AdmissionPacer (engine/pacing.py) the
 prefill budget is also what the playing streams can spare: an admission must not run them dry.
 """
 
@@ -24,6 +25,7 @@ class Scheduler:
         self.max_num_seqs = config.max_num_seqs
         self.max_model_len = config.max_model_len
         self.max_prefill_tokens = config.max_prefill_tokens
+        self.idle_prefill_tokens = max(config.idle_prefill_tokens, config.max_prefill_tokens)
         self.max_patches = config.max_patches
         self.block_manager = BlockManager(num_kv_blocks, config.kv_block_size)
         self.pacer = pacer  # None: every step may admit max_prefill_tokens
@@ -69,16 +71,21 @@ class Scheduler:
 
     def has_work(self) -> bool:
         """True when schedule() would return a non-empty batch."""
-        return self.num_running > 0 or self._can_admit_head(self.max_prefill_tokens)
+        return self.num_running > 0 or self._can_admit_head(self.idle_prefill_tokens, self.idle_prefill_tokens)
+
+    def _full_budget(self, decoding: bool) -> int:
+        """A step's prefill budget before pacing: max_prefill_tokens while streams decode, else the idle one."""
+        return self.max_prefill_tokens if decoding else self.idle_prefill_tokens
 
     def admission_ahead(self, arriving: list[int]) -> int:
         """Prompt positions the next schedule() would admit, at most, if prompts of `arriving` positions joined the
         queue now: the queue's head run, then theirs, within the free slots and the prefill budget (KV blocks and
         pacing not counted: an upper bound)."""
         prompts = [seq.num_prompt for seq in self.waiting] + arriving
+        full = self._full_budget(self.num_running > 0)
         admitted = 0
         for positions in prompts[: len(self.free_slots)]:
-            if admitted and admitted + positions > self.max_prefill_tokens:
+            if admitted and admitted + positions > full:
                 break
             admitted += positions
         return admitted
@@ -86,10 +93,10 @@ class Scheduler:
     def schedule(self) -> list[Sequence]:
         """The next step's batch: every running request (one decode position each), then admissions."""
         batch = [seq for seq in self.running if seq.status is SequenceStatus.RUNNING]
-        budget = self.max_prefill_tokens
-        if self.pacer is not None and self.waiting:
+        budget = full = self._full_budget(bool(batch))
+        if self.pacer is not None and self.waiting and batch:
             budget = self.pacer.budget(batch, self.waiting[0].num_prompt)
-        while self._can_admit_head(budget):
+        while self._can_admit_head(budget, full):
             seq = self.waiting.popleft()
             self.block_manager.allocate(seq)
             seq.slot = self.free_slots.pop()
@@ -99,12 +106,13 @@ class Scheduler:
             budget -= seq.num_prompt
         return batch
 
-    def _can_admit_head(self, budget: int) -> bool:
+    def _can_admit_head(self, budget: int, full: int) -> bool:
+        """Whether the queue's head can go in with `budget` positions left of the step's `full` budget."""
         if not self.waiting or not self.free_slots:
             return False
         seq = self.waiting[0]
         # A prompt longer than the whole budget is admitted alone rather than never.
-        fits_budget = seq.num_prompt <= budget or budget == self.max_prefill_tokens
+        fits_budget = seq.num_prompt <= budget or budget == full
         return fits_budget and self.block_manager.can_allocate(seq)
 
     def postprocess(self, batch: list[Sequence], stops: list[bool]) -> list[Sequence]:

@@ -60,6 +60,7 @@ class ServerConfig:
     max_num_seqs: int = 64  # engine slots: segments generating at once; more wait in the server's FIFO
     max_patches: int = 2000  # absolute cap on patches per segment
     max_prefill_tokens: int = 8192  # prompt positions an engine step admits (EngineConfig)
+    idle_prefill_tokens: int = 16384  # ... a step of an idle engine, nothing decoding (EngineConfig says why)
     # Idle engine: a lone request goes at once; the ones after it, or several arriving together, wait until none arrived
     # for coalesce_ms, at most coalesce_max_ms after the first (EngineConfig, engine.engine_loop). Wider than the
     # engine's own defaults (1, 20): a burst of sessions reaches the engine through the workers' segmenters and IPC,
@@ -70,10 +71,11 @@ class ServerConfig:
     coalesce_max_ms: float = 150.0
     # A stream's first chunk waits for its second while the next engine step is due to admit more than this many
     # prompt positions (EngineConfig): such a step outlasts the 140 ms a stream that has just started holds. A burst
-    # of more prompt positions than one step admits (max_prefill_tokens) always comes in two waves, and the step that
-    # admits the second is that long (engine step traces on one H200, 512 sessions of 21-position prompts: 390 then
-    # 122 admitted, the second step 141-207 ms). There, in one call, 512 PCM sessions starved none with 1024 where
-    # four runs without starved 218-393 (README, "End to end over the WebSocket"); 0 turns the hold off.
+    # of more prompt positions than an idle step admits (idle_prefill_tokens) comes in two waves, and the step that
+    # admits the second is that long (engine step traces on one H200, 512 sessions of 21-position prompts, when an
+    # idle step admitted 8,192: 390 then 122 admitted, the second step 141-207 ms). There, in one call, 512 PCM
+    # sessions starved none with 1024 where four runs without starved 218-393 (README, "End to end over the
+    # WebSocket"); 0 turns the hold off.
     first_chunk_hold_positions: int = 1024
     fp8_gemms: bool = False  # VoxCPM: the LocDiT's GEMMs in FP8 (EngineConfig)
     pace_admissions: bool = False  # admit only what the playing streams' buffered audio can spare (EngineConfig)
@@ -138,6 +140,7 @@ class ServerConfig:
             max_num_seqs=self.max_num_seqs,
             max_patches=self.max_patches,
             max_prefill_tokens=self.max_prefill_tokens,
+            idle_prefill_tokens=self.idle_prefill_tokens,
             coalesce_ms=self.coalesce_ms,
             coalesce_max_ms=self.coalesce_max_ms,
             first_chunk_hold_positions=self.first_chunk_hold_positions,
@@ -197,6 +200,12 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("max-num-seqs", int, defaults.max_num_seqs, "engine slots (segments generating at once)")
     option("max-patches", int, defaults.max_patches, "cap on generated patches per segment")
     option("max-prefill-tokens", int, defaults.max_prefill_tokens, "prompt positions one engine step admits")
+    option(
+        "idle-prefill-tokens",
+        int,
+        defaults.idle_prefill_tokens,
+        "prompt positions a step of an idle engine admits (never fewer than --max-prefill-tokens)",
+    )
     option("coalesce-ms", float, defaults.coalesce_ms, "idle engine: admit a burst once nothing arrived for this long")
     option("coalesce-max-ms", float, defaults.coalesce_max_ms, "idle engine: the longest a burst's arrivals wait")
     option(
@@ -245,6 +254,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         parser.error(f"--lora: {exc}")
     if args.max_prefill_tokens < 1:
         parser.error("--max-prefill-tokens must be >= 1")
+    if args.idle_prefill_tokens < 0:
+        parser.error("--idle-prefill-tokens must be >= 0")
     if args.first_chunk_hold_positions < 0:
         parser.error("--first-chunk-hold-positions must be >= 0")
     if not 0 <= args.coalesce_ms <= args.coalesce_max_ms:
@@ -286,6 +297,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         max_num_seqs=args.max_num_seqs,
         max_patches=args.max_patches,
         max_prefill_tokens=args.max_prefill_tokens,
+        idle_prefill_tokens=args.idle_prefill_tokens,
         coalesce_ms=args.coalesce_ms,
         coalesce_max_ms=args.coalesce_max_ms,
         first_chunk_hold_positions=args.first_chunk_hold_positions,

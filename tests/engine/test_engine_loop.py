@@ -171,11 +171,13 @@ def test_arrivals_queued_together_at_an_idle_engine_wait_for_quiet_and_a_lone_on
 
 
 def test_admission_ahead_counts_the_queue_then_arrivals_within_slots_and_budget(checkpoint: Path) -> None:
-    core = EngineCore(engine_config(checkpoint, max_num_seqs=2, max_prefill_tokens=100))
+    core = EngineCore(engine_config(checkpoint, max_num_seqs=2, max_prefill_tokens=100, idle_prefill_tokens=0))
     assert core.admission_ahead([]) == 0
     assert core.admission_ahead([30, 40, 50]) == 70  # two free slots
     assert core.admission_ahead([80, 40]) == 80  # the budget stops the second
     assert core.admission_ahead([150]) == 150  # a prompt longer than the budget goes in alone
+    idle = EngineCore(engine_config(checkpoint, max_num_seqs=2, max_prefill_tokens=100, idle_prefill_tokens=120))
+    assert idle.admission_ahead([80, 40]) == 120  # nothing decodes: the next step's budget is the idle one
 
 
 def test_an_idle_loop_trims_the_heap_once_after_warm_up_and_after_each_busy_spell(
@@ -208,6 +210,26 @@ def test_an_idle_loop_trims_the_heap_once_after_warm_up_and_after_each_busy_spel
         settle(2)
         assert len(channel.chunks("r1")) == 3
         assert trims == [False, False]
+    finally:
+        loop.stop()
+        thread.join(10)
+
+
+def test_the_runner_warms_up_on_the_loop_thread_before_the_loop_serves(checkpoint: Path) -> None:
+    """ModelRunner.warm_up runs once, where the steps run, before the warm-up request and before `on_ready`."""
+    loop = _loop(checkpoint, hold=0)
+    events: list[tuple[str, str]] = []
+    loop.core.runner.warm_up = lambda: events.append(("warm_up", threading.current_thread().name))
+    step = loop.core.step
+    loop.core.step = lambda: events.append(("step", threading.current_thread().name)) or step()
+    ready = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(lambda error: events.append(("ready", "")) or ready.set(),),
+                              name="engine-loop")  # fmt: skip
+    thread.start()
+    try:
+        assert ready.wait(30)
+        assert events[0] == ("warm_up", "engine-loop") and events[1] == ("step", "engine-loop")
+        assert [kind for kind, _ in events].count("warm_up") == 1 and events[-1] == ("ready", "")
     finally:
         loop.stop()
         thread.join(10)

@@ -12,7 +12,10 @@ from tests.engine.helpers import FakeClock, make_pacer, make_seq
 
 
 def make_scheduler(num_kv_blocks: int = 64, pacer: AdmissionPacer | None = None, **overrides) -> Scheduler:
-    fields = dict(model="unused", max_num_seqs=4, max_model_len=64, kv_block_size=4, max_prefill_tokens=32)
+    # idle_prefill_tokens 0: an idle step's budget is max_prefill_tokens too, unless a test says otherwise
+    fields = dict(
+        model="unused", max_num_seqs=4, max_model_len=64, kv_block_size=4, max_prefill_tokens=32, idle_prefill_tokens=0
+    )
     fields.update(overrides)
     return Scheduler(EngineConfig(**fields), num_kv_blocks, pacer)
 
@@ -78,6 +81,31 @@ def test_prompt_longer_than_the_budget_is_admitted_alone():
     scheduler.add(make_seq("short", num_prompt=4))
     assert [seq.request_id for seq in scheduler.schedule()] == ["long"]
     assert [seq.request_id for seq in scheduler.schedule()] == ["long", "short"]
+
+
+def test_an_idle_engine_admits_up_to_the_idle_budget_and_a_decoding_one_up_to_the_step_budget():
+    scheduler = make_scheduler(num_kv_blocks=128, max_num_seqs=8, max_prefill_tokens=16, idle_prefill_tokens=40)
+    for name in "abcdef":
+        scheduler.add(make_seq(name, num_prompt=8))
+    assert scheduler.admission_ahead([]) == 40  # the next step is an idle one
+    batch, _ = step(scheduler)
+    assert [seq.request_id for seq in batch] == ["a", "b", "c", "d", "e"]  # 40 positions: nobody decodes yet
+    for name in "gh":
+        scheduler.add(make_seq(name, num_prompt=8))
+    assert scheduler.admission_ahead([]) == 16  # streams decode now
+    batch = scheduler.schedule()
+    assert [seq.request_id for seq in batch if seq.is_prefill] == ["f", "g"]  # 16 positions
+
+
+def test_the_idle_budget_is_never_below_the_step_budget():
+    scheduler = make_scheduler(max_prefill_tokens=20, idle_prefill_tokens=8)
+    for name in "ab":
+        scheduler.add(make_seq(name, num_prompt=10))
+    assert [seq.request_id for seq in scheduler.schedule()] == ["a", "b"]
+    long = make_scheduler(max_prefill_tokens=8, idle_prefill_tokens=12)
+    long.add(make_seq("long", num_prompt=20))  # longer than either budget: alone, at once
+    long.add(make_seq("short", num_prompt=4))
+    assert [seq.request_id for seq in long.schedule()] == ["long"]
 
 
 def test_admission_is_bounded_by_kv_blocks():

@@ -127,6 +127,14 @@ def test_max_prefill_tokens_flag_reaches_the_engine(capsys: pytest.CaptureFixtur
     assert "--max-prefill-tokens must be >= 1" in capsys.readouterr().err
 
 
+def test_idle_prefill_tokens_flag_reaches_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args([], {}).engine_config("m", "cpu", ()).idle_prefill_tokens == 16384
+    assert parse_args(["--idle-prefill-tokens", "0"], {}).engine_config("m", "cpu", ()).idle_prefill_tokens == 0
+    with pytest.raises(SystemExit):
+        parse_args(["--idle-prefill-tokens", "-1"], {})
+    assert "--idle-prefill-tokens must be >= 0" in capsys.readouterr().err
+
+
 def test_a_step_trace_dir_that_cannot_be_made_is_refused_at_start(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

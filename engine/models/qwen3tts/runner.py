@@ -222,9 +222,9 @@ class Qwen3Runner:
         self._step_input = torch.zeros(rows, 3, dtype=torch.int64, device=device)
         self._step_staging = torch.zeros(rows, 3, dtype=torch.int64, pin_memory=device.type == "cuda")
         # Eager prefills pad their positions to engine.cuda_graphs' ladder where cuBLAS runs them (see there), up to
-        # the longest admission: a step's budget, or one prompt alone.
+        # the longest admission: a step's budget (an idle engine's is the larger), or one prompt alone.
         self.pad_eager_prefill = device.type == "cuda"
-        self.eager_max_tokens = max(config.max_prefill_tokens, config.max_model_len)
+        self.eager_max_tokens = max(config.max_prefill_tokens, config.idle_prefill_tokens, config.max_model_len)
         self.max_num_seqs = rows
         self.graphs: StepGraphs | None = None
         if device.type == "cuda" and not config.enforce_eager:

@@ -198,9 +198,9 @@ class VoxCPMRunner:
             max_lora_rank=config.max_lora_rank if config.max_loras else 0,
         )
         # Eager prefills pad their positions to engine.cuda_graphs' ladder where cuBLAS runs them (see there), up to
-        # the longest admission: a step's budget, or one prompt alone.
+        # the longest admission: a step's budget (an idle engine's is the larger), or one prompt alone.
         self.pad_eager_prefill = self.device.type == "cuda"
-        self.eager_max_tokens = max(config.max_prefill_tokens, config.max_model_len)
+        self.eager_max_tokens = max(config.max_prefill_tokens, config.idle_prefill_tokens, config.max_model_len)
         self.graphs: StepGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager:
             self.graphs = self._capture_graphs(config.max_num_seqs, config.prefill_graph_tokens)

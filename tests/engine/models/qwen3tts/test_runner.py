@@ -247,7 +247,7 @@ def test_warm_up_runs_the_ladder_over_scratch_state_only(qwen_checkpoint) -> Non
     for warm in (False, True):
         config = engine_config(
             qwen_checkpoint("customvoice-0.6b"), dtype="float64", max_num_seqs=4, max_model_len=60,
-            max_prefill_tokens=40,
+            max_prefill_tokens=40, idle_prefill_tokens=0,
         )  # fmt: skip
         core = EngineCore(config)
         core.runner.pad_eager_prefill = True

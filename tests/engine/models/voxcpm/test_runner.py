@@ -200,11 +200,13 @@ def test_padded_eager_prefills_change_no_output(checkpoint):
 
 def test_warm_up_runs_the_ladder_over_scratch_state_only(checkpoint):
     """Where eager prefills are padded, the warm-up runs the backbone once at every size of the ladder up to the
-    longest admission (a step's budget or one whole prompt), and what the engine generates afterwards is what a
-    fresh engine generates."""
+    longest admission (a step's budget, an idle step's, or one whole prompt), and what the engine generates
+    afterwards is what a fresh engine generates."""
     results = []
     for warm in (False, True):
-        config = engine_config(checkpoint, dtype="float64", max_num_seqs=4, max_model_len=100, max_prefill_tokens=64)
+        config = engine_config(
+            checkpoint, dtype="float64", max_num_seqs=4, max_model_len=100, max_prefill_tokens=64, idle_prefill_tokens=0
+        )
         core = EngineCore(config)
         core.runner.pad_eager_prefill = True
         if warm:
@@ -215,6 +217,9 @@ def test_warm_up_runs_the_ladder_over_scratch_state_only(checkpoint):
     cold, warmed = results
     for key in cold:
         np.testing.assert_array_equal(warmed[key], cold[key])
+    for idle, longest in ((0, 100), (200, 200)):
+        config = engine_config(checkpoint, max_model_len=100, max_prefill_tokens=64, idle_prefill_tokens=idle)
+        assert VoxCPMRunner(config).eager_max_tokens == longest
 
 
 def test_warm_up_does_nothing_where_prefills_are_not_padded(checkpoint, monkeypatch):
