@@ -94,8 +94,9 @@ class Scheduler:
         """The next step's batch: every running request (one decode position each), then admissions."""
         batch = [seq for seq in self.running if seq.status is SequenceStatus.RUNNING]
         budget = full = self._full_budget(bool(batch))
-        if self.pacer is not None and self.waiting and batch:
-            budget = self.pacer.budget(batch, self.waiting[0].num_prompt)
+        if self.pacer is not None and self.waiting:
+            paced = self.pacer.budget(batch, self.waiting[0].num_prompt)  # with nobody playing: ends any hold
+            budget = paced if batch else full
         while self._can_admit_head(budget, full):
             seq = self.waiting.popleft()
             self.block_manager.allocate(seq)

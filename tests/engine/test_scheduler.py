@@ -108,6 +108,25 @@ def test_the_idle_budget_is_never_below_the_step_budget():
     assert [seq.request_id for seq in long.schedule()] == ["long"]
 
 
+def test_an_idle_engine_admits_past_a_pacing_hold_and_ends_it():
+    clock = FakeClock()
+    pacer = make_pacer(clock, max_prefill_tokens=16)
+    pacer.record(decode_rows=0, admitted_positions=100, seconds=0.1)  # 1 ms a prompt position
+    pacer.record(decode_rows=2, admitted_positions=0, seconds=0.02)  # 20 ms a decode step
+    scheduler = make_scheduler(128, pacer, max_num_seqs=8, max_prefill_tokens=16, idle_prefill_tokens=40)
+    for name in "ab":
+        scheduler.add(make_seq(name))
+    step(scheduler)
+    for name in "cde":
+        scheduler.add(make_seq(name))
+    clock.now = 0.085  # 75 ms of audio left: no room for an 8-position prompt, the pacer holds the queue
+    assert not [seq for seq in step(scheduler)[0] if seq.is_prefill] and pacer._held_since is not None
+    scheduler.abort("a")
+    scheduler.abort("b")  # nothing decodes: the idle budget, whole
+    assert [seq.request_id for seq in scheduler.schedule()] == ["c", "d", "e"]
+    assert pacer._held_since is None
+
+
 def test_admission_is_bounded_by_kv_blocks():
     # 8 prompt + 34 cap - 1 = 41 positions = 11 blocks of 4: one request at a time fits 16 blocks
     scheduler = make_scheduler(num_kv_blocks=16)
