@@ -15,7 +15,7 @@ clamped to [0, max_prefill_tokens]. Both estimates are learned from the steps' o
 time per batch-size bucket from steps that admitted nothing, the cost of a prompt position from admitting steps as
 their time beyond the decode estimate over their positions (a ratio of averages, so that a small admission's fixed
 cost does not read as a dear position). Until both exist, and while no running stream has emitted, the budget is the
-full `max_prefill_tokens` (an idle engine admits a burst as without pacing).
+full `max_prefill_tokens`; an idle engine's step admits up to the scheduler's `idle_prefill_tokens`, unpaced.
 
 Rules, and why:
 - A stream already behind (negative slack) counts as having none, rather than not counting: the streams admitted in
