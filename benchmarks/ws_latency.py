@@ -15,6 +15,9 @@ first context of a format in a worker takes paths the engine's own warm-up does 
 The sessions run in `--client-processes N` spawned processes (default 1), each on its own uvloop, session k in
 process k mod N: all open their sessions, then start together (a barrier), and their results make one line. A single
 client process saturates a core at several hundred xRT of Opus; then the figures would be the client's limit.
+`--client-cpus 12-15` keeps the clients on those CPUs and the server this script starts off them: on one host, a
+burst's clients and the server's processes otherwise share the cores, and whichever the scheduler puts together run
+late (a load generator belongs on other cores than the system it measures).
 
 `--kill-engine I --kill-after-s S` SIGKILLs engine I (its pid from /status; the server this script starts) S seconds
 after the sessions of the last level (of the last setting) start, so the levels before measure every engine: the
@@ -25,7 +28,8 @@ One JSON line per setting and session count. A session that ends without `contex
 is counted in `sessions_failed` and left out of every other figure, which are over the finished sessions only.
 
 - `sessions`, `format`, `sample_rate` (as the server resolved it), `workers` and `engines` (processes serving; 0
-  workers: the server is one process), `client_processes`;
+  workers: the server is one process), `client_processes`; `client_cpus` and `server_cpus`: the CPUs each side's
+  processes may run on (their affinity, as a list like `12-15`; null where unknown);
 - `sessions_finished`; `sessions_failed`: the others by their error code (`{"internal": 37}`: contexts whose engine
   died; `cancelled`, `connection_lost`), with one message per code in `failure_messages`;
 - `first_text_to_first_frame_ms`: from sending the first word to receiving the first audio frame (p50, p90, p95, p99,
@@ -49,6 +53,9 @@ is counted in `sessions_failed` and left out of every other figure, which are ov
   window: 1.0 is one core busy), `cpu_s_max` and `util_max` (its busiest process). A role near `processes` x 1.0, or a
   single process near 1.0, is the bottleneck; the client near 1.0 means the figures are the client's limit, not the
   server's. A role is null when its processes cannot be read (a server on another host);
+- `client_lag_ms`: how late the client processes' event loops woke, over ticks every 5 ms while the sessions spoke
+  (p50, p99, max over all the processes' ticks). A frame that arrives while its client's loop lags is timestamped
+  that late: lags near the frames' gaps mean the starvation and gap figures are partly the client's;
 - `engine`: all engines' step time, batch size and running contexts (means of /status samples taken every 0.25 s
   while the server generated; the step time is the engines' mean, the others their sums);
 - `engines_detail`: per engine (`index` in /status): `pid`, `segments` granted to it during the level, `healthy` at
@@ -124,6 +131,7 @@ START_TIMEOUT_S = 900  # loading a full-size model and capturing its CUDA graphs
 CONCURRENT_HANDSHAKES = 64
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BARRIER_TIMEOUT_S = 600  # client processes wait this long for each other's sessions to connect
+LAG_TICK_S = 0.005  # how often a client process looks at its own event loop's lateness (watch_lag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +322,34 @@ def server_roles(status: dict[str, Any], supervisor: int | None) -> dict[str, li
     return {"supervisor": [supervisor], **roles} if supervisor is not None else roles
 
 
+def allowed_cpus(pid: int) -> set[int]:
+    """The CPUs process `pid` may run on (empty if it cannot be read: gone, or on another host)."""
+    try:
+        return os.sched_getaffinity(pid)
+    except OSError:
+        return set()
+
+
+def parse_cpus(text: str) -> set[int]:
+    """A CPU list as taskset and /proc write it: "12-15", "0,2-3"."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def cpu_list(cpus: set[int]) -> str | None:
+    """`parse_cpus`'s inverse ("0-11,14"); None for no CPUs."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs) or None
+
+
 def cpu_snapshot(pids: list[int]) -> dict[int, float | None]:
     return {pid: process_cpu_s(pid) for pid in pids}
 
@@ -354,14 +390,18 @@ class Share:
     started: float
     ended: float
     cpu_s: float
+    lags_s: list[float]  # how late its event loop woke for each LAG_TICK_S tick meanwhile
+    cpus: set[int]  # the CPUs it may run on
 
 
 _barrier: threading.Barrier | None = None  # a client process's: shared with the others and the parent
 
 
-def _join(barrier: threading.Barrier) -> None:
+def _join(barrier: threading.Barrier, cpus: set[int] | None) -> None:
     global _barrier
     _barrier = barrier
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
 
 
 def client_share(url: str, seeds: list[int], text: str, word_gap_s: float, setting: Setting, handshakes: int) -> Share:
@@ -390,9 +430,12 @@ async def _client_share(
         await asyncio.to_thread(_barrier.wait, BARRIER_TIMEOUT_S)  # every process's sessions are open
         await asyncio.to_thread(_barrier.wait, BARRIER_TIMEOUT_S)  # go
         started, cpu = time.monotonic(), time.process_time()
+        lags: list[float] = []
+        watch = asyncio.create_task(watch_lag(lags))
         speaking = (speak(client, seed, text, word_gap_s, setting) for seed, client in zip(seeds, opened, strict=True))
         outcomes = await asyncio.gather(*speaking)
-        return Share(outcomes, started, time.monotonic(), time.process_time() - cpu)
+        watch.cancel()
+        return Share(outcomes, started, time.monotonic(), time.process_time() - cpu, lags, os.sched_getaffinity(0))
     except BaseException:
         _barrier.abort()  # the others stop waiting for this process
         raise
@@ -400,14 +443,24 @@ async def _client_share(
         await asyncio.gather(*(item.close() for item in opened if not isinstance(item, BaseException)))
 
 
+async def watch_lag(lags: list[float]) -> None:
+    """How late this process's event loop wakes, tick after tick: every frame it timestamps meanwhile is that late,
+    so a lagging client reads as a server whose frames come late (and players that run dry)."""
+    while True:
+        due = time.monotonic() + LAG_TICK_S
+        await asyncio.sleep(LAG_TICK_S)
+        # uvloop's timers count whole milliseconds from the start of the loop's turn: a tick may come a little early.
+        lags.append(max(0.0, time.monotonic() - due))
+
+
 class Clients:
     """The client processes (spawned once, reused by every level) and the barrier they start each level on."""
 
-    def __init__(self, processes: int) -> None:
+    def __init__(self, processes: int, cpus: set[int] | None = None) -> None:
         self.processes = processes
         spawn = multiprocessing.get_context("spawn")  # no fork of this process's event loop and threads
         self.barrier = spawn.Barrier(processes + 1)  # the client processes and this one
-        self.pool = ProcessPoolExecutor(processes, mp_context=spawn, initializer=_join, initargs=(self.barrier,))
+        self.pool = ProcessPoolExecutor(processes, mp_context=spawn, initializer=_join, initargs=(self.barrier, cpus))
 
     def close(self) -> None:
         self.barrier.abort()  # a process still waiting for a level that will not start
@@ -421,6 +474,8 @@ class Level:
     started: float  # when the first session started to speak (time.monotonic(), the clock of engine step traces)
     wall_s: float  # from the start of the speaking to the last session's end
     client_cpu_s: list[float]  # per client process, meanwhile: one near wall_s, the clients would be the bottleneck
+    client_lags_s: list[float]  # every client process's event-loop lateness samples (watch_lag), together
+    client_cpus: set[int]  # the CPUs the client processes may run on (their affinity)
     server_cpu: tuple[dict[int, float | None], dict[int, float | None]]  # per process, at the start and the end
 
 
@@ -464,6 +519,8 @@ async def run_level(
         started=min(share.started for share in done),
         wall_s=max(share.ended for share in done) - min(share.started for share in done),
         client_cpu_s=[share.cpu_s for share in done],
+        client_lags_s=[lag for share in done for lag in share.lags_s],
+        client_cpus=set().union(*(share.cpus for share in done)),
         server_cpu=server_cpu,
     )
 
@@ -610,6 +667,8 @@ def result_line(
         "worker_connections": worker_connections(server["samples"]),
         "engines": len(roles["engines"]) if "engines" in roles else 1,  # a server in one process serves one engine
         "client_processes": args.client_processes,
+        "client_cpus": cpu_list(level.client_cpus),
+        "server_cpus": cpu_list(set().union(*(allowed_cpus(pid) for pids in roles.values() for pid in pids))),
         "sessions_finished": len(results),
         "sessions_failed": dict(failed),
         "failure_messages": {f.code: f.message for f in reversed(level.failures)},  # the first of each code
@@ -635,6 +694,13 @@ def result_line(
         "wall_s": round(level.wall_s, 2),
         "xrt": round(audio / level.wall_s, 2),
         "client_cpu_s": round(sum(level.client_cpu_s), 2),
+        "client_lag_ms": {
+            "p50": round(1000 * statistics.median(level.client_lags_s), 1),
+            "p99": round(1000 * percentile(level.client_lags_s, 0.99), 1),
+            "max": round(1000 * max(level.client_lags_s), 1),
+        }
+        if level.client_lags_s
+        else None,
         "cpu": cpu_report(roles, *level.server_cpu, level.client_cpu_s, level.wall_s),
         "engine": means([s["engine"] for s in sampled]) if sampled else None,
         "engines_detail": detail,
@@ -654,7 +720,7 @@ async def measure(args: argparse.Namespace, base: str, supervisor: int | None) -
             check_setting(setting, hello)
     except ValueError as bad:
         raise SystemExit(f"ws_latency: {bad}") from None
-    clients = Clients(args.client_processes)
+    clients = Clients(args.client_processes, args.client_cpus)
     try:
         await measure_settings(args, base, url, supervisor, hello["model"]["name"], clients)
     finally:
@@ -773,7 +839,13 @@ def main(args: argparse.Namespace) -> None:
             command += ["--workers", str(args.workers)]
         command += shlex.split(args.server_args)
         # A separate process tree, as in production: the clients' own work must not share the server's cores' GIL.
-        server = subprocess.Popen(command, stdout=sys.stderr)
+        # With --client-cpus the server and everything it starts keep off the clients' CPUs (its default worker count
+        # follows the CPUs it has).
+        server_cpus = os.sched_getaffinity(0) - args.client_cpus if args.client_cpus else None
+        pin = None if server_cpus is None else functools.partial(os.sched_setaffinity, 0, server_cpus)
+        server = subprocess.Popen(command, stdout=sys.stderr, preexec_fn=pin)
+        if args.client_cpus:
+            os.sched_setaffinity(0, args.client_cpus)  # this process's polling too
         try:
             base = f"http://127.0.0.1:{port}"
             wait_ready(base, server)
@@ -821,6 +893,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile-out", default="artifacts/ws-profile.txt", help="py-spy's collapsed stacks")
     clients_help = "client processes the sessions of a level are spread over (default 1)"
     parser.add_argument("--client-processes", type=int, default=1, help=clients_help)
+    cpus_help = "CPUs for the client processes (taskset's list: 12-15); the server this script starts gets the others"
+    parser.add_argument("--client-cpus", type=parse_cpus, help=cpus_help)
     parser.add_argument("--kill-engine", type=int, help="SIGKILL this engine (index in /status) in the last level")
     parser.add_argument("--kill-after-s", type=float, help="...this long after its sessions start to speak")
     args = parser.parse_args(argv)
@@ -836,6 +910,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--profile-sessions records the server this script starts, not one at --url")
     if args.client_processes < 1:
         parser.error("--client-processes must be at least 1")
+    if args.client_cpus is not None:
+        if not args.client_cpus <= os.sched_getaffinity(0):
+            parser.error(
+                f"--client-cpus {cpu_list(args.client_cpus)}: this process may use {cpu_list(os.sched_getaffinity(0))}"
+            )
+        if args.url is None and not os.sched_getaffinity(0) - args.client_cpus:
+            parser.error("--client-cpus leaves no CPU for the server")
     if (args.kill_engine is None) != (args.kill_after_s is None):
         parser.error("--kill-engine and --kill-after-s go together")
     if args.kill_engine is not None and (args.kill_engine < 0 or args.kill_after_s < 0):

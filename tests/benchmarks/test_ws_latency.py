@@ -20,8 +20,10 @@ from benchmarks.ws_latency import (
     Clients,
     Setting,
     check_setting,
+    cpu_list,
     cpu_report,
     parse_args,
+    parse_cpus,
     playback,
     process_cpu_s,
     run_level,
@@ -76,6 +78,8 @@ def test_two_sessions_in_each_format_report_latency_audio_and_cpu(
         assert set(opus) <= ({"6", "10"} if line["format"] == "opus" else set())
         assert sum(opus.values()) == (round(line["audio_s"] / 0.02) if line["format"] == "opus" else 0)
         assert 0 <= line["starved_sessions"] <= 2
+        lag = line["client_lag_ms"]  # the client's own event loop, ticking while the sessions spoke
+        assert 0 <= lag["p50"] <= lag["p99"] <= lag["max"] < 1000 * line["wall_s"]
         cpu = line["cpu"]
         assert cpu["window_s"] == pytest.approx(line["wall_s"], abs=0.01)
         assert set(cpu) == {"window_s", "client", "supervisor", "engines", "workers"}
@@ -105,10 +109,13 @@ def run_script(*argv: str) -> list[dict]:
 def test_sessions_spread_over_client_processes_and_segments_over_two_engines(
     tiny_checkpoint: Callable[..., Path],
 ) -> None:
+    allowed = os.sched_getaffinity(0)
+    clients_on = {max(allowed)} if len(allowed) > 1 else None  # the clients keep off the server's CPUs
     lines = run_script(
         *("--model", str(tiny_checkpoint("voxcpm2", stop=False)), "--device", "cpu,cpu", "--workers", "2"),
         # One word, sent at once: one segment per session.
         *("--client-processes", "2", "--sessions", "1", "4", "--max-patches", "8", "--text", "Morning."),
+        *(("--client-cpus", cpu_list(clients_on)) if clients_on else ()),
     )
     assert [(line["sessions"], line["sessions_finished"], line["sessions_failed"]) for line in lines] == [
         (1, 1, {}),
@@ -123,8 +130,18 @@ def test_sessions_spread_over_client_processes_and_segments_over_two_engines(
         assert [engine["index"] for engine in detail] == [0, 1] and len({engine["pid"] for engine in detail}) == 2
         assert sum(engine["segments"] for engine in detail) == line["sessions"]  # the level's segments only
         assert line["engine_spread_pct"] == spread_pct([engine["segments"] for engine in detail])
+        if clients_on:  # every server process (supervisor, engines, workers) on the others
+            assert (line["client_cpus"], line["server_cpus"]) == (cpu_list(clients_on), cpu_list(allowed - clients_on))
+        else:
+            assert line["client_cpus"] == line["server_cpus"] == cpu_list(allowed)
     busiest = lines[1]["engines_detail"]
     assert all(engine["segments"] > 0 and engine["generating"] > 0 for engine in busiest)  # most free slots first
+
+
+def test_cpu_lists_read_and_write_as_taskset_does() -> None:
+    assert parse_cpus("12-15") == {12, 13, 14, 15} and parse_cpus("0,2-3,7") == {0, 2, 3, 7}
+    assert cpu_list({0, 2, 3, 7}) == "0,2-3,7" and cpu_list({5}) == "5" and cpu_list(set()) is None
+    assert parse_cpus(cpu_list({1, 4, 5, 6, 9, 10})) == {1, 4, 5, 6, 9, 10}
 
 
 def test_a_player_that_runs_dry_waits_and_says_where_in_its_audio() -> None:
@@ -206,6 +223,9 @@ def test_settings_pair_rates_with_formats_and_refuse_what_the_server_cannot_make
         ("--url", "http://127.0.0.1:1", "--profile-sessions", "8"): "not one at --url",
         ("--url", "http://127.0.0.1:1", "--server-args=--workers 1"): "--server-args are for the server",
         ("--client-processes", "0"): "at least 1",
+        ("--client-cpus", "100000"): "--client-cpus 100000: this process may use",
+        ("--client-cpus", cpu_list(os.sched_getaffinity(0))): "leaves no CPU for the server",
+        ("--client-cpus", "two"): "invalid parse_cpus value",
         ("--kill-engine", "1"): "go together",
         ("--kill-engine", "-1", "--kill-after-s", "2"): "must be >= 0",
         ("--url", "http://127.0.0.1:1", "--kill-engine", "1", "--kill-after-s", "2"): "not one at --url",
