@@ -142,6 +142,10 @@ class EngineCore:
         """See Scheduler.admission_ahead."""
         return self.scheduler.admission_ahead(arriving)
 
+    def lead_burst(self, request_ids: frozenset[str]) -> None:
+        """The next step admits the rest of the burst these requests led: see Scheduler.leads."""
+        self.scheduler.leads = request_ids
+
     def step(self) -> list[AudioChunk]:
         """Run one step; one chunk per stepped request, `finish_reason` set on a request's last chunk.
 

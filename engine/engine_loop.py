@@ -10,6 +10,8 @@ engine process (engine.process). It owns the EngineCore; everything else reaches
 - A lone arrival at an idle engine is admitted at once (the lead: a lone request waits for nothing) and opens a burst
   window: the arrivals after it wait for the rest of their burst (until `coalesce_ms` pass without another, at most
   `coalesce_max_ms` after the window opened), so that the burst lands in one prefill, while the lead streams on.
+  That step does not count the lead as decoding (Scheduler.leads): the burst gets the idle engine's prefill budget,
+  as if it had come without a lead, instead of the decoding one cutting it in waves a step apart.
   Several arrivals queued at once are a burst under way: they open the window and wait in it, none leading. A burst
   enters at the pace its senders send, and a fixed window would cut it. Commands queued behind a waiting arrival
   wait with it (an abort must not overtake its request). Otherwise arrivals join at the next step boundary.
@@ -122,6 +124,7 @@ class EngineLoop:
         self._burst_cap = 0.0  # guarded by _cond: time.monotonic() at which the open burst window closes at the latest
         self._lead = False  # guarded by _cond: the queued commands include a lead, to be admitted at once
         self._owners: dict[str, Channel] = {}  # loop thread only: the channel of every open request
+        self._leads: frozenset[str] = frozenset()  # loop thread only: the open burst window's lead(s)
         self._held: dict[str, AudioChunk] = {}  # loop thread only: first chunks held back (first_chunk_hold_positions)
         self._stepped_since_trim = False  # loop thread only
         self._stats: EngineStats = core.stats()  # replaced (never mutated) by the loop thread
@@ -222,29 +225,33 @@ class EngineLoop:
             return None
         return deadline
 
-    def _take_commands(self) -> list[Command]:
+    def _take_commands(self) -> tuple[list[Command], bool, bool]:
         """The queued commands due now: all of them, but while a burst window is open (module docstring) only those
-        ahead of its first waiting arrival."""
+        ahead of its first waiting arrival. And whether they lead a burst, and whether they are all there is (no
+        window open)."""
         with self._cond:
             if self._lead or self._burst_open(time.monotonic()) is None:
-                self._lead = False
+                lead, self._lead = self._lead, False
                 commands, self._commands = self._commands, []
-                return commands
+                return commands, lead, not lead
             first_add = next((i for i, command in enumerate(self._commands) if isinstance(command, Add)), None)
             if first_add is None:
                 commands, self._commands = self._commands, []
             else:
                 commands, self._commands = self._commands[:first_add], self._commands[first_add:]
-            return commands
+            return commands, False, False
 
     def _run_commands(self) -> None:
-        commands = self._take_commands()
+        commands, lead, everything = self._take_commands()
         endings: list[tuple[Channel, str, Item]] = []  # requests these commands end, handed over together
+        leads = []
         for command in commands:
             match command:
                 case Add(seq=seq, channel=channel):
                     if (error := self._add(seq, channel)) is not None:
                         endings.append((channel, seq.request_id, error))
+                    elif lead:
+                        leads.append(seq.request_id)
                 case Abort(request_id=request_id):
                     self.core.abort(request_id)
                     self._held.pop(request_id, None)
@@ -272,6 +279,11 @@ class EngineLoop:
                         del self._owners[request_id]
                         self._held.pop(request_id, None)
         self._hand_off(endings)
+        if leads:
+            self._leads = frozenset(leads)
+        elif everything and self._leads:  # the window closed: the next step admits the rest of the leads' burst
+            self.core.lead_burst(self._leads)
+            self._leads = frozenset()
 
     def _lora_change(self, change: Callable[[], None]) -> EngineError | None:
         try:

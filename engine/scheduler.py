@@ -3,7 +3,8 @@
 Every step decodes all running requests and, in the same batch, prefills newly admitted ones, so an
 admission never freezes the streams already playing (the anchor engine runs prefill-only steps). The
 per-step prefill is bounded by `max_prefill_tokens`, which bounds how much an admission can stretch a
-step, and by the larger `idle_prefill_tokens` when nothing decodes (no stream waits for that step). Admission
+step, and by the larger `idle_prefill_tokens` when nothing decodes (no stream waits for that step) but a burst's
+leads, which the step loop admitted alone ahead of their burst (engine.engine_loop): they wait with it. Admission
 is FIFO and stops at the first request that does not fit (slots, KV blocks, prefill budget), so a long prompt
 cannot be overtaken forever by short ones. With an AdmissionPacer (engine/pacing.py) the
 prefill budget is also what the playing streams can spare: an admission must not run them dry.
@@ -34,6 +35,9 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admitted (RUNNING or PAUSED), in admission order
         self.requests: dict[str, Sequence] = {}  # every unfinished request, waiting or admitted
+        # Set by the step loop for the next schedule() only: the leads of a burst whose rest is queued now. That step
+        # does not count them as decoding, so that the burst lands in one step at the idle budget instead of in waves.
+        self.leads: frozenset[str] = frozenset()
 
     @property
     def num_running(self) -> int:
@@ -73,16 +77,20 @@ class Scheduler:
         """True when schedule() would return a non-empty batch."""
         return self.num_running > 0 or self._can_admit_head(self.idle_prefill_tokens, self.idle_prefill_tokens)
 
-    def _full_budget(self, decoding: bool) -> int:
-        """A step's prefill budget before pacing: max_prefill_tokens while streams decode, else the idle one."""
-        return self.max_prefill_tokens if decoding else self.idle_prefill_tokens
+    def _full_budget(self, batch: list[Sequence]) -> int:
+        """A step's prefill budget before pacing: max_prefill_tokens while streams decode (`batch`: the running ones;
+        a burst's leads do not count), else the idle one."""
+        return self.max_prefill_tokens if self._decoding(batch) else self.idle_prefill_tokens
+
+    def _decoding(self, batch: list[Sequence]) -> bool:
+        return any(seq.request_id not in self.leads for seq in batch)
 
     def admission_ahead(self, arriving: list[int]) -> int:
         """Prompt positions the next schedule() would admit, at most, if prompts of `arriving` positions joined the
         queue now: the queue's head run, then theirs, within the free slots and the prefill budget (KV blocks and
         pacing not counted: an upper bound)."""
         prompts = [seq.num_prompt for seq in self.waiting] + arriving
-        full = self._full_budget(self.num_running > 0)
+        full = self._full_budget([seq for seq in self.running if seq.status is SequenceStatus.RUNNING])
         admitted = 0
         for positions in prompts[: len(self.free_slots)]:
             if admitted and admitted + positions > full:
@@ -93,10 +101,11 @@ class Scheduler:
     def schedule(self) -> list[Sequence]:
         """The next step's batch: every running request (one decode position each), then admissions."""
         batch = [seq for seq in self.running if seq.status is SequenceStatus.RUNNING]
-        budget = full = self._full_budget(bool(batch))
+        budget = full = self._full_budget(batch)
         if self.pacer is not None and self.waiting:
             paced = self.pacer.budget(batch, self.waiting[0].num_prompt)  # with nobody playing: ends any hold
-            budget = paced if batch else full
+            budget = paced if self._decoding(batch) else full
+        self.leads = frozenset()
         while self._can_admit_head(budget, full):
             seq = self.waiting.popleft()
             self.block_manager.allocate(seq)

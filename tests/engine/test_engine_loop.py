@@ -148,6 +148,37 @@ def test_a_burst_window_admits_its_lead_at_once_and_keeps_an_abort_behind_its_re
     assert [rid for rid, _ in channel.deliveries[-1]] == ["lead", "r2"]
 
 
+def test_a_led_burst_lands_in_one_step_at_the_idle_budget(checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rest of a led burst is admitted as if the engine were idle: the lead waits with its burst, which the
+    decoding budget would cut in two waves a step apart. Later admissions get the decoding budget again."""
+    clock = Clock()
+    monkeypatch.setattr(engine_loop, "time", clock)
+    probe = EngineCore(engine_config(checkpoint)).make_sequence(GenerationRequest(text="hello there"))
+    positions = probe.num_prompt  # every request here says the same
+    config = engine_config(
+        checkpoint,
+        max_num_seqs=8,
+        coalesce_ms=1000.0,
+        coalesce_max_ms=5000.0,
+        max_prefill_tokens=2 * positions,
+        idle_prefill_tokens=4 * positions,
+    )
+    loop, channel = EngineLoop(EngineCore(config)), Recorder()
+    _submit(loop, channel, "lead", 1, max_patches=12)
+    assert loop._wait_for_work()
+    _step(loop)  # the lead, at once
+    for name in ("r1", "r2", "r3", "r4"):
+        _submit(loop, channel, name, 2)
+    clock.now += 1.1  # quiet: the burst's rest goes in, all four in one step (the decoding budget takes two)
+    _step(loop)
+    assert [rid for rid, _ in channel.deliveries[-1]] == ["lead", "r1", "r2", "r3", "r4"]
+    _submit(loop, channel, "r5", 3)
+    _submit(loop, channel, "r6", 4)
+    _submit(loop, channel, "r7", 5)
+    _step(loop)  # streams decode: the step budget, two prompts (a slot is free for the third)
+    assert [rid for rid, item in channel.deliveries[-1] if item is not None and item.index == 0] == ["r5", "r6"]
+
+
 def test_arrivals_queued_together_at_an_idle_engine_wait_for_quiet_and_a_lone_one_does_not(checkpoint: Path) -> None:
     """Several arrivals already queued when the idle loop wakes are a burst under way: none leads, all wait until
     coalesce_ms passed without another, then enter one step. A lone arrival goes at once."""

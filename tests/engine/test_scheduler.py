@@ -97,6 +97,25 @@ def test_an_idle_engine_admits_up_to_the_idle_budget_and_a_decoding_one_up_to_th
     assert [seq.request_id for seq in batch if seq.is_prefill] == ["f", "g"]  # 16 positions
 
 
+def test_a_bursts_leads_do_not_count_as_decoding_for_the_step_that_admits_it():
+    scheduler = make_scheduler(num_kv_blocks=128, max_num_seqs=8, max_prefill_tokens=16, idle_prefill_tokens=40)
+    scheduler.add(make_seq("lead", num_prompt=8))
+    step(scheduler)
+    for name in "abcd":
+        scheduler.add(make_seq(name, num_prompt=8))
+    scheduler.leads = frozenset(["lead"])
+    assert scheduler.admission_ahead([]) == 32  # the idle budget: only the lead decodes
+    batch = scheduler.schedule()
+    assert [seq.request_id for seq in batch if seq.is_prefill] == ["a", "b", "c", "d"]  # 32 positions, one step
+    scheduler.postprocess(batch, [False] * len(batch))
+    assert scheduler.leads == frozenset()  # for that step only
+    scheduler.add(make_seq("e", num_prompt=8))
+    scheduler.add(make_seq("f", num_prompt=12))
+    scheduler.leads = frozenset(["lead"])
+    assert scheduler.admission_ahead([]) == 8  # others decode now: the step budget, leads or not
+    assert [seq.request_id for seq in scheduler.schedule() if seq.is_prefill] == ["e"]
+
+
 def test_the_idle_budget_is_never_below_the_step_budget():
     scheduler = make_scheduler(max_prefill_tokens=20, idle_prefill_tokens=8)
     for name in "ab":
