@@ -128,6 +128,7 @@ class _OpusCodec:
         self._level = complexity.level
         self.encoder.complexity = self._level
         self.rate, self.frame_samples = rate, frame_samples
+        self._frames = 0  # encoded so far
 
     def header(self) -> bytes:
         """OpusHead (RFC 7845 section 5.1): version 1, mono, pre-skip in 48 kHz samples, input rate, 0 dB, family 0."""
@@ -135,14 +136,16 @@ class _OpusCodec:
         return b"OpusHead" + struct.pack("<BBHIhB", 1, 1, pre_skip, self.rate, 0, 0)
 
     def encode(self, frame: np.ndarray) -> bytes:
-        """One frame's packet, at the front end's complexity now (wsserver.opus_load), whose cost it is told."""
-        level = self.complexity.level
+        """One frame's packet, at the front end's complexity now (wsserver.opus_load: a stream's first frames at most
+        at its start level), whose cost it is told."""
+        level = self.complexity.level_for(self._frames * self.frame_samples / self.rate)
         if level != self._level:
             self.encoder.complexity = self._level = level
         start = time.perf_counter()
         packet = self.encoder.encode_float(frame.tobytes(), self.frame_samples)
         end = time.perf_counter()
-        self.complexity.encoded(end - start, end)
+        self._frames += 1
+        self.complexity.encoded(end - start, end, level)
         return packet
 
 

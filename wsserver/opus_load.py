@@ -18,6 +18,14 @@ sessions brings every stream's first chunk at once, the moment a player is close
 met it at 10 learnt of its load only after those chunks (on the H200, 85-100 of 512 sessions starved at 0.14 s of
 their audio with a governor that started at 10 and measured over 0.2 s; 1-2 with the complexity fixed at 5; 8, 15 and
 0 in three runs starting at 6, README). A lone stream climbs to the ceiling after one window.
+
+A burst can also meet a worker that is not idle: one whose few streams keep it at 10 when dozens start at once (a
+benchmark's warm-up level ending less than IDLE_S before its first measured level). On the H200, of five first 512
+levels the ones with the most frames encoded at 10 starved the most (6,419 frames at 10: 460 sessions ran dry at
+0.08 s of their audio, as a worker's turns over its streams' first chunks outlasted the 80 ms each had been sent;
+2,369: none). So each stream's first FIRST_S of audio is encoded at most at START, whatever the worker's level: a
+burst's first chunks go out at the cost a worker starts at, and the level the worker measured holds for everything
+after them. A lone stream's first 0.3 s is encoded at 6 instead of 10.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from collections.abc import Callable
 WINDOW_S = 0.2
 IDLE_S = 1.0
 START = 6
+FIRST_S = 0.3  # a stream's first this much audio is encoded at most at START: its first two chunks (VoxCPM2)
 BUSY_HIGH = 0.6  # the loop thread's CPU share above which the complexity steps down
 BUSY_LOW = 0.45  # the share the loop must be predicted to stay under at the level it steps up to
 MIN_SAVING = 0.05  # the least CPU share (of a core) a step down must save to be worth the lost quality
@@ -70,18 +79,23 @@ class OpusComplexity:
         self._encode_s = 0.0
         self._window_frames = 0
 
-    def encoded(self, seconds: float, now: float) -> None:
-        """A frame was encoded at `level` in `seconds` (wall clock); `now`: time.perf_counter() after it. The level
-        changes only here, so every frame is encoded at the level it is counted at."""
-        self.frames[self.level] += 1
+    def level_for(self, audio_s: float) -> int:
+        """The complexity for a stream's frame that starts `audio_s` into its audio (module docstring)."""
+        return min(self.level, self.start) if audio_s < FIRST_S else self.level
+
+    def encoded(self, seconds: float, now: float, level: int) -> None:
+        """A frame was encoded at `level` (as `level_for` said) in `seconds` (wall clock); `now`:
+        time.perf_counter() after it. The governor's level changes only here."""
+        self.frames[level] += 1
         if (gap := now - self._last) > WINDOW_S:  # the first frame after a pause: measure the load from now on
             if gap > IDLE_S:
                 self.level = self.start
             self._restart(now, self._cpu_clock())
             return
         self._last = now
-        self._encode_s += seconds
-        self._window_frames += 1
+        if level == self.level:  # a stream's first frames, cheaper, would understate this level's cost
+            self._encode_s += seconds
+            self._window_frames += 1
         if now - self._start >= WINDOW_S:
             self._decide(now)
 
@@ -90,7 +104,8 @@ class OpusComplexity:
         wall = now - self._start
         busy = (cpu - self._cpu_start) / wall
         encoding = self._encode_s / wall  # the share of a core spent encoding at this level
-        self._cost[self.level] = self._encode_s / self._window_frames
+        if self._window_frames:
+            self._cost[self.level] = self._encode_s / self._window_frames
         index = self.levels.index(self.level)
         if busy > BUSY_HIGH and index + 1 < len(self.levels):
             lower = self.levels[index + 1]

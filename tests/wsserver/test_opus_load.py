@@ -4,7 +4,7 @@ from collections import defaultdict
 
 import pytest
 
-from wsserver.opus_load import IDLE_S, WINDOW_S, OpusComplexity
+from wsserver.opus_load import FIRST_S, IDLE_S, WINDOW_S, OpusComplexity
 
 
 class Load:
@@ -22,10 +22,11 @@ class Load:
         """One window of load; the level the governor chose at its end."""
         start, frames = self.now, round(per_s * WINDOW_S)
         for i in range(1, frames + 1):
-            seconds = self.cost[governor.level]  # as a stream's encoder reads it before each frame
+            level = governor.level_for(1.0)  # as a stream's encoder reads it before each frame (past its first)
+            seconds = self.cost[level]
             self.cpu += seconds + self.other * WINDOW_S / frames
             self.now = start + WINDOW_S * i / frames + (1e-9 if i == frames else 0.0)  # the last frame ends it
-            governor.encoded(seconds, self.now)
+            governor.encoded(seconds, self.now, level)
         return governor.level
 
     def pause(self, seconds: float) -> None:
@@ -79,6 +80,27 @@ def test_after_a_pause_it_starts_again_at_6() -> None:
     assert [load.window(opus) for _ in range(2)] == [6, 4]
     load.pause(IDLE_S / 2)  # shorter than IDLE_S: the level stays, and the pause is not taken for room
     assert [load.window(opus) for _ in range(2)] == [4, 4]
+
+
+def test_a_streams_first_frames_are_encoded_at_most_at_the_start_level() -> None:
+    """A burst meeting a worker whose few streams keep it at 10: the newcomers' first FIRST_S go at 6 (the level a
+    worker starts at), counted at 6, and 10's measured cost stays 10's."""
+    load = Load(COST, other=0.05)
+    counts: defaultdict[int, int] = defaultdict(int)
+    opus = OpusComplexity(10, 4, counts=counts, cpu_clock=load.clock, now=load.now)
+    assert load.window(opus, per_s=20) == 10
+    assert [opus.level_for(s) for s in (0.0, FIRST_S - 0.02, FIRST_S, 5.0)] == [6, 6, 10, 10]
+    before = dict(counts)
+    for i in range(1, 21):  # a window: 10 frames of streams under way, 10 first frames of new ones
+        audio_s = 1.0 if i % 2 else 0.0
+        level = opus.level_for(audio_s)
+        load.cpu += COST[level]
+        load.now += WINDOW_S / 20 + (1e-9 if i == 20 else 0.0)
+        opus.encoded(COST[level], load.now, level)
+    assert {level: counts[level] - before.get(level, 0) for level in counts} == {10: 10, 6: 10}
+    assert opus.level == 10 and opus._cost[10] == pytest.approx(COST[10])  # not the mix's average
+    low = OpusComplexity(5, 2)  # a ceiling under 6: its start level is the ceiling
+    assert low.level_for(0.0) == low.level_for(1.0) == 5
 
 
 def test_a_loop_busy_with_other_work_keeps_its_complexity() -> None:
