@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from wsserver.audio import AudioOut, OpusFrame, Resampler, _OpusCodec, mulaw_encode, wire
 from wsserver.frames import HEADER, FrameHeader
 from wsserver.messages import OutputSettings
-from wsserver.opus_load import OpusComplexity
+from wsserver.opus_load import FIRST_S, OpusComplexity
 
 
 @pytest.mark.parametrize(("src", "dst"), [(48000, 16000), (48000, 8000), (16000, 48000), (44100, 48000)])
@@ -84,6 +84,22 @@ def test_opus_frames_follow_the_front_ends_complexity_and_still_decode() -> None
     complexity.level = 0  # as the governor sets it when the worker is busy
     payloads += [payload for _, payload in frames_of(out, [tone], 1, last=True)]
     assert out.opus.encoder.complexity == 0 and counts == {6: 8, 0: 8}
+    assert all(len(decoder.decode(payload, 960)) == 1920 for payload in payloads)
+
+
+def test_a_new_streams_first_frames_go_at_the_start_level_on_a_worker_at_10() -> None:
+    """A burst meeting a worker at 10: each new stream's first FIRST_S (15 frames of 20 ms) is encoded at 6, its later
+    frames at the worker's level; one valid Opus stream throughout."""
+    output = OutputSettings(format="opus", sample_rate=48000, frame_ms=20, bitrate=32000)
+    counts: defaultdict[int, int] = defaultdict(int)
+    complexity = OpusComplexity(10, 0, counts=counts)
+    complexity.level = 10  # where a worker's few streams took it
+    out = AudioOut(output, 48000, handle=1, opus_complexity=complexity)
+    assert FIRST_S == 0.3
+    tone = (0.3 * np.sin(2 * np.pi * 300 * np.arange(24000) / 48000)).astype(np.float32)
+    payloads = [payload for _, payload in frames_of(out, [tone], 0, last=True)]
+    assert out.opus is not None and out.opus.encoder.complexity == 10 and counts == {6: 15, 10: 10}
+    decoder = opuslib.Decoder(48000, 1)
     assert all(len(decoder.decode(payload, 960)) == 1920 for payload in payloads)
 
 
