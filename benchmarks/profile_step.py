@@ -13,6 +13,11 @@ Keys (milliseconds, medians):
   at this batch; backbone = step_graph - cfm - vae (LocEnc, both LMs, FSQ, projections, stop head).
 - host = engine_step - step_graph: the host's share of a step and the gaps between the pieces' replays.
 - kernels_admit: the same for one admission of B requests (prefill step(s) until all decode).
+- gflop: the matrix work of one step and of each piece (`step`, `cfm`, `vae`, `locdit_call`, and `backbone` = step -
+  cfm - vae), counted by torch.utils.flop_counter over the torch twins (GEMMs, FP8 ones included, convolutions and
+  attention; the element-wise work is not counted); `tflops`: each piece's gflop over its graph time above (TFLOP/s
+  achieved, against the GPU's dense peak: 989 bf16 and 1979 FP8 on an H100 or H200); `gflop_per_audio_s`: the step's
+  work per second of audio of one stream, the arithmetic floor's unit.
 - kernels_eager: GPU kernel time of one eager step by kind (torch.profiler), fused kernels on; with --top N
   also the N kernels with the most time (`top_ms`). Kinds: attention, fused_triton (every other Triton kernel), conv,
   gemm, other; the results up to benchmarks/results/h100-2026-11-27 counted the FP8 quantising kernels as "other" and
@@ -28,6 +33,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from engine import EngineConfig, GenerationParams, GenerationRequest, kernels
 from engine.engine_core import EngineCore
@@ -54,6 +60,13 @@ def graph_ms(fn: Callable[[], object], iters: int = 10) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def gflop(fn: Callable[[], object]) -> float:
+    """The matrix work of one eager run of fn, in GFLOP (torch.utils.flop_counter: GEMMs, convolutions, attention)."""
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops() / 1e9
 
 
 def wall_ms(fn: Callable[[], object], iters: int = 3) -> float:
@@ -195,6 +208,14 @@ def profile(core: EngineCore, batch: int, steps: int, top: int) -> dict[str, obj
     line["host"] = round(line["engine_step"] - line["step_graph"], 2)  # type: ignore[operator]
     with kernels.fused_enabled(False):
         line["step_eager_twin"] = round(wall_ms(step), 2)
+        # The twins: the same matrix work in torch ops the counter knows (a Triton kernel's it would not see).
+        work = {"step": gflop(step), "cfm": gflop(run_cfm), "vae": gflop(run_vae), "locdit_call": gflop(run_dit)}
+    work["backbone"] = work["step"] - work["cfm"] - work["vae"]
+    times = {"step": line["step_graph"], **{piece: line[piece] for piece in ("cfm", "vae", "locdit_call", "backbone")}}
+    line["gflop"] = {piece: round(value, 3) for piece, value in work.items()}
+    line["tflops"] = {piece: round(work[piece] / times[piece], 1) for piece in work}  # type: ignore[operator]
+    patch_s = core.info.samples_per_patch / core.info.sample_rate  # one stream's audio per step
+    line["gflop_per_audio_s"] = round(work["step"] / (batch * patch_s), 1)
     line["step_eager"] = round(wall_ms(step), 2)
     line["kernels_eager"] = kernel_breakdown(step, top)
     line["kernels_admit"] = admit_kernels

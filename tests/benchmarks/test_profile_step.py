@@ -1,10 +1,18 @@
-"""benchmarks/profile_step.py's kernel kinds, on kernel names its H100 profiles listed."""
+"""benchmarks/profile_step.py's kernel kinds, on kernel names its H100 profiles listed, and its count of a piece's
+matrix work."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable
+from pathlib import Path
 
-from benchmarks.profile_step import kernel_kind
+import pytest
+import torch
+
+from benchmarks import profile_step
+from benchmarks.profile_step import gflop, kernel_kind
+from engine.engine_core import EngineCore
+from tests.engine.helpers import engine_config
 
 
 @pytest.mark.parametrize(
@@ -26,3 +34,32 @@ from benchmarks.profile_step import kernel_kind
 )
 def test_kernel_kind(name: str, kind: str) -> None:
     assert kernel_kind(name) == kind
+
+
+def test_gflop_counts_gemms_and_convolutions_and_not_element_wise_work() -> None:
+    linear, conv = torch.nn.Linear(64, 32), torch.nn.Conv1d(16, 8, kernel_size=3)
+    x, signal = torch.randn(8, 64), torch.randn(2, 16, 100)
+
+    def piece() -> object:
+        return torch.relu(linear(x)).sum(), conv(signal) * 2
+
+    # 2 FLOPs a multiply-add: 8 x 64 x 32 for the GEMM, 2 x 8 x 98 outputs of 16 x 3 for the convolution
+    assert gflop(piece) * 1e9 == pytest.approx(2 * 8 * 64 * 32 + 2 * (2 * 8 * 98) * (16 * 3))
+
+
+def test_a_profile_line_on_the_cpu_with_wall_clock_timing(
+    tiny_checkpoint: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole profile of one batch size, its CUDA timers swapped for the wall clock: every piece the GPU times runs,
+    and the counted work adds up (the script runs only on GPUs otherwise, where a broken piece costs a device call)."""
+    monkeypatch.setattr(profile_step, "graph_ms", lambda fn, iters=10: profile_step.wall_ms(fn, iters=1))
+    monkeypatch.setattr(profile_step, "kernel_breakdown", lambda fn, top: {})
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    config = engine_config(tiny_checkpoint("voxcpm2", stop=False), max_num_seqs=2, max_model_len=128)
+    with torch.inference_mode():
+        line = profile_step.profile(EngineCore(config), batch=2, steps=2, top=0)
+    work = line["gflop"]
+    assert work["step"] > work["cfm"] > work["locdit_call"] > 0 and work["vae"] > 0 and work["backbone"] > 0
+    assert work["backbone"] == pytest.approx(work["step"] - work["cfm"] - work["vae"], abs=1e-3)
+    assert set(line["tflops"]) == set(work) and all(rate >= 0 for rate in line["tflops"].values())
+    assert line["gflop_per_audio_s"] > 0
