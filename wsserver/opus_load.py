@@ -123,7 +123,8 @@ class OpusComplexity:
         self._encode_s, self._window_frames = 0.0, 0
 
     def _ratio(self, other: int) -> float:
-        """What a frame costs at `other` over what it costs at the current level."""
-        if other in self._cost:
+        """What a frame costs at `other` over what it costs at the current level: measured where both are (a window
+        of only streams' first frames measures no level), else `relative_cost`'s guess."""
+        if other in self._cost and self.level in self._cost:
             return self._cost[other] / self._cost[self.level]
         return relative_cost(other) / relative_cost(self.level)

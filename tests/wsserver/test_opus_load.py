@@ -99,6 +99,15 @@ def test_a_streams_first_frames_are_encoded_at_most_at_the_start_level() -> None
         opus.encoded(COST[level], load.now, level)
     assert {level: counts[level] - before.get(level, 0) for level in counts} == {10: 10, 6: 10}
     assert opus.level == 10 and opus._cost[10] == pytest.approx(COST[10])  # not the mix's average
+    # A busy window of nothing but new streams' first frames, at a level not yet measured here: a guess, no failure.
+    load.other = 0.05
+    fresh = OpusComplexity(10, 4, cpu_clock=load.clock, now=load.now)
+    assert load.window(fresh, per_s=20) == 10  # 6 measured, 10 not yet
+    for i in range(1, 21):
+        load.cpu += COST[6] + 0.8 * WINDOW_S / 20
+        load.now += WINDOW_S / 20 + (1e-9 if i == 20 else 0.0)
+        fresh.encoded(COST[6], load.now, fresh.level_for(0.0))
+    assert fresh.level == 10  # nothing encoded at 10 in that window: no saving to step down for
     low = OpusComplexity(5, 2)  # a ceiling under 6: its start level is the ceiling
     assert low.level_for(0.0) == low.level_for(1.0) == 5
 
