@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from engine import EngineConfig, GenerationParams, GenerationRequest, kernels
 from engine.engine_core import EngineCore
@@ -62,9 +62,29 @@ def graph_ms(fn: Callable[[], object], iters: int = 10) -> float:
     return statistics.median(times)
 
 
+def grouped_sdpa_flop(query_shape: tuple, key_shape: tuple, value_shape: tuple, *args: object, **kwargs: object) -> int:
+    """Attention's work with fewer key/value heads than query heads (SDPA's enable_gqa, which the twins use): each
+    query head does a whole head's work. torch's own formula refuses the shapes, and has none for the CPU's kernel."""
+    heads = query_shape[1]
+    return sdpa_flop_count(
+        query_shape, (key_shape[0], heads, *key_shape[2:]), (value_shape[0], heads, *value_shape[2:])
+    )
+
+
+ATTENTION_FLOPS = {
+    op: grouped_sdpa_flop
+    for op in (
+        torch.ops.aten._scaled_dot_product_flash_attention,
+        torch.ops.aten._scaled_dot_product_efficient_attention,
+        torch.ops.aten._scaled_dot_product_cudnn_attention,
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
+    )
+}
+
+
 def gflop(fn: Callable[[], object]) -> float:
     """The matrix work of one eager run of fn, in GFLOP (torch.utils.flop_counter: GEMMs, convolutions, attention)."""
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=ATTENTION_FLOPS) as counter:
         fn()
     return counter.get_total_flops() / 1e9
 

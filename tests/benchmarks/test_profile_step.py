@@ -47,6 +47,17 @@ def test_gflop_counts_gemms_and_convolutions_and_not_element_wise_work() -> None
     assert gflop(piece) * 1e9 == pytest.approx(2 * 8 * 64 * 32 + 2 * (2 * 8 * 98) * (16 * 3))
 
 
+def test_gflop_counts_grouped_query_attention_as_whole_heads() -> None:
+    """The twins' attention has fewer key/value heads than query heads: torch's formula refused it on the GPU."""
+    q, k, v = torch.randn(2, 8, 5, 16), torch.randn(2, 2, 7, 16), torch.randn(2, 2, 7, 16)
+
+    def piece() -> object:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    # Q K^T and P V for each of the 8 query heads: 2 x (5 x 16 x 7) and 2 x (5 x 7 x 16) per head and batch row
+    assert gflop(piece) * 1e9 == pytest.approx(2 * 8 * (2 * 5 * 16 * 7 + 2 * 5 * 7 * 16))
+
+
 def test_a_profile_line_on_the_cpu_with_wall_clock_timing(
     tiny_checkpoint: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
