@@ -24,7 +24,8 @@ adapter in the middle of every burst. Every line gives the worst gap between two
     python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 256 --loras 8        # 8 mixed
     python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 256 --loras 8 --hot-load
 
-`--fp8-gemms on` runs the LocDiT's GEMMs in FP8 (EngineConfig.fp8_gemms); every line says which (`fp8_gemms`).
+`--fp8-gemms on` runs the LocDiT's GEMMs in FP8 (EngineConfig.fp8_gemms), `--fp8-backbone on` the LocEnc's and
+LMs' (EngineConfig.fp8_backbone); every line says which (`fp8_gemms`, `fp8_backbone`).
 `--pace-admissions off` turns the engine's admission pacing (engine/pacing.py) off, for an A/B of a burst's gaps and
 TTFB; every line says which (`pace_admissions`).
 """
@@ -95,6 +96,7 @@ async def main(args: argparse.Namespace) -> None:
         **({} if args.prefill_graph_tokens is None else {"prefill_graph_tokens": args.prefill_graph_tokens}),
         pace_admissions=args.pace_admissions == "on",
         fp8_gemms=args.fp8_gemms == "on",
+        fp8_backbone=args.fp8_backbone == "on",
         pacing_margin_ms=args.pacing_margin_ms,
         pacing_max_hold_ms=args.pacing_max_hold_ms,
         step_trace=args.step_trace,
@@ -115,6 +117,7 @@ async def main(args: argparse.Namespace) -> None:
         "enforce_eager": config.enforce_eager,
         "prefill_graph_tokens": config.prefill_graph_tokens,
         "fp8_gemms": config.fp8_gemms,
+        "fp8_backbone": config.fp8_backbone,
     }
     print(json.dumps(header | {"sample_rate": sample_rate} | settings), flush=True)
     for _ in range(args.warmup):
@@ -154,6 +157,7 @@ async def main(args: argparse.Namespace) -> None:
             "pace_admissions": config.pace_admissions,
             "pacing_margin_ms": config.pacing_margin_ms,
             "fp8_gemms": config.fp8_gemms,
+            "fp8_backbone": config.fp8_backbone,
         }
         if outliers:
             others = results[outliers:] or results
@@ -194,6 +198,7 @@ if __name__ == "__main__":
     p.add_argument("--hot-load-delay-s", type=float, default=2.0)
     p.add_argument("--pace-admissions", choices=["on", "off"], default="off", help="engine admission pacing (A/B)")
     p.add_argument("--fp8-gemms", choices=["on", "off"], default="off", help="VoxCPM: the LocDiT's GEMMs in FP8")
+    p.add_argument("--fp8-backbone", choices=["on", "off"], default="off", help="VoxCPM: the LocEnc's, LMs' too")
     engine_defaults = EngineConfig(model="")
     p.add_argument("--pacing-margin-ms", type=float, default=engine_defaults.pacing_margin_ms)
     p.add_argument("--pacing-max-hold-ms", type=float, default=engine_defaults.pacing_max_hold_ms)

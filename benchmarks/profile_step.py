@@ -247,7 +247,11 @@ def profile(core: EngineCore, batch: int, steps: int, top: int) -> dict[str, obj
 @torch.inference_mode()
 def main(args: argparse.Namespace) -> None:
     config = EngineConfig(
-        model=args.model, max_num_seqs=max(args.batch), max_model_len=1024, fp8_gemms=args.fp8_gemms == "on"
+        model=args.model,
+        max_num_seqs=max(args.batch),
+        max_model_len=1024,
+        fp8_gemms=args.fp8_gemms == "on",
+        fp8_backbone=args.fp8_backbone == "on",
     )
     t0 = time.perf_counter()
     core = EngineCore(config)
@@ -262,5 +266,6 @@ if __name__ == "__main__":
     p.add_argument("--batch", type=int, nargs="+", default=[1, 64, 256])
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--fp8-gemms", choices=["on", "off"], default="off", help="the LocDiT's GEMMs in FP8")
+    p.add_argument("--fp8-backbone", choices=["on", "off"], default="off", help="the LocEnc's and LMs' GEMMs too")
     p.add_argument("--top", type=int, default=0, help="list the N kernels with the most GPU time (eager step)")
     main(p.parse_args())

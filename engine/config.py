@@ -48,6 +48,10 @@ class EngineConfig:
     # VoxCPM: the LocDiT's qkv, gate/up and down GEMMs in FP8 (e4m3, per-token and per-feature scales), about twice
     # the bf16 rate on an H100; its drift from bf16 is bounded in tests/engine/models/voxcpm/test_fp8.py.
     fp8_gemms: bool = False
+    # VoxCPM: the backbone's stacks too (LocEnc, base and residual LM: qkv, o, gate/up, down) in FP8, in the calls with
+    # FP8_MIN_ROWS rows or more (engine/models/layers.py): an admission's prefill, and decode steps of 512 streams and
+    # more. Opt-in apart from fp8_gemms: the LMs' error feeds back through every later patch.
+    fp8_backbone: bool = False
     attention_backend: str = "auto"  # auto | flash_attn | sdpa | torch
     enforce_eager: bool = False  # no CUDA graphs
     # Admissions of up to this many prompt positions (and 8 requests) replay a prefill graph: the time to first

@@ -78,6 +78,7 @@ class ServerConfig:
     # WebSocket"); 0 turns the hold off.
     first_chunk_hold_positions: int = 1024
     fp8_gemms: bool = False  # VoxCPM: the LocDiT's GEMMs in FP8 (EngineConfig)
+    fp8_backbone: bool = False  # VoxCPM: the LocEnc's and LMs' GEMMs in FP8 too (EngineConfig)
     pace_admissions: bool = False  # admit only what the playing streams' buffered audio can spare (EngineConfig)
     pacing_margin_ms: float = 50.0  # audio a stream keeps in hand when admissions are paced (EngineConfig)
     pacing_max_hold_ms: float = 500.0  # paced admissions: the longest the queue's head is held (EngineConfig)
@@ -145,6 +146,7 @@ class ServerConfig:
             coalesce_max_ms=self.coalesce_max_ms,
             first_chunk_hold_positions=self.first_chunk_hold_positions,
             fp8_gemms=self.fp8_gemms,
+            fp8_backbone=self.fp8_backbone,
             pace_admissions=self.pace_admissions,
             pacing_margin_ms=self.pacing_margin_ms,
             pacing_max_hold_ms=self.pacing_max_hold_ms,
@@ -215,6 +217,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         "a stream's first chunk waits for its second while the next step admits more prompt positions (0: never)",
     )
     option("fp8-gemms", _switch, defaults.fp8_gemms, "on: VoxCPM's LocDiT GEMMs in FP8 (faster; stated drift)")
+    option("fp8-backbone", _switch, defaults.fp8_backbone, "on: VoxCPM's LocEnc and LM GEMMs in FP8 too, at batch")
     option("pace-admissions", _switch, defaults.pace_admissions, "on: a step admits what playing streams can spare")
     option("pacing-margin-ms", float, defaults.pacing_margin_ms, "paced admissions: audio each stream keeps in hand")
     option("pacing-max-hold-ms", float, defaults.pacing_max_hold_ms, "paced admissions: longest hold of the queue")
@@ -302,6 +305,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         coalesce_max_ms=args.coalesce_max_ms,
         first_chunk_hold_positions=args.first_chunk_hold_positions,
         fp8_gemms=args.fp8_gemms,
+        fp8_backbone=args.fp8_backbone,
         pace_admissions=args.pace_admissions,
         pacing_margin_ms=args.pacing_margin_ms,
         pacing_max_hold_ms=args.pacing_max_hold_ms,

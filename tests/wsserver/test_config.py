@@ -112,6 +112,13 @@ def test_fp8_gemms_flag_reaches_the_engine() -> None:
     assert parse_args([], {"TTSWS_FP8_GEMMS": "on"}).fp8_gemms
 
 
+def test_fp8_backbone_flag_reaches_the_engine() -> None:
+    assert not parse_args([], {}).engine_config("m", "cpu", ()).fp8_backbone
+    config = parse_args(["--fp8-backbone", "on"], {}).engine_config("m", "cpu", ())
+    assert config.fp8_backbone and not config.fp8_gemms
+    assert parse_args([], {"TTSWS_FP8_BACKBONE": "on"}).fp8_backbone
+
+
 def test_step_trace_dir_gives_each_engine_its_file(tmp_path: Path) -> None:
     assert parse_args([], {}).engine_config("m", "cpu", ()).step_trace == ""
     config = parse_args(["--step-trace-dir", str(tmp_path)], {})

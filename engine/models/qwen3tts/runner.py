@@ -133,8 +133,10 @@ def _sampling(params: GenerationParams, defaults: SamplingParams) -> SamplingPar
 
 class Qwen3Runner:
     def __init__(self, config: EngineConfig, directory: Path | None = None) -> None:
-        if config.fp8_gemms:
-            raise ValueError("fp8_gemms is for VoxCPM checkpoints; Qwen3-TTS runs its GEMMs in the model dtype")
+        if config.fp8_gemms or config.fp8_backbone:
+            raise ValueError(
+                "fp8_gemms and fp8_backbone are for VoxCPM checkpoints; Qwen3-TTS runs its GEMMs in the model dtype"
+            )
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         loaded = load_qwen3tts(directory or config.model, self.device, self.dtype, config.attention_backend)

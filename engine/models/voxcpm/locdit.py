@@ -19,13 +19,8 @@ import torch
 from torch import nn
 
 from engine.attention import AttentionBackend
-from engine.models.layers import use_fp8_
 from engine.models.voxcpm.config import MiniCPM4Config
 from engine.models.voxcpm.minicpm4 import MiniCPM4
-
-# The decoder linears that run in FP8 under `EngineConfig.fp8_gemms`: all of the LocDiT's per-token GEMM work but
-# in_proj/out_proj (64 features wide) and the per-row time and cond projections.
-FP8_LINEARS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
 
 def sinusoid(t: torch.Tensor, dim: int, scale: float = 1000.0) -> torch.Tensor:
@@ -72,8 +67,9 @@ class LocDiT(nn.Module):
         self.decoder = MiniCPM4(config, backend, rope_length=mu_tokens + 1 + 2 * patch_size)
 
     def use_fp8(self) -> None:
-        """Run the decoder's FP8_LINEARS in FP8 (engine/models/layers.Fp8Linear): call once, after loading."""
-        use_fp8_(self.decoder, FP8_LINEARS)
+        """The decoder's GEMMs in FP8 (MiniCPM4.use_fp8): all of the LocDiT's per-token GEMM work but in_proj/out_proj
+        (64 features wide) and the per-row time and cond projections. Call once, after loading."""
+        self.decoder.use_fp8()
 
     def context(self, mu: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-patch constants of the CFG batch: mu [B, mu_dim], cond [B, P, D] -> (mu part [2B, ...], cond tokens)."""

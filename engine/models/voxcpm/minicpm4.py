@@ -19,8 +19,12 @@ from torch import nn
 from engine import kernels
 from engine.attention import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
-from engine.models.layers import Fp8Rows, RMSNorm, takes_fp8
+from engine.models.layers import Fp8Rows, RMSNorm, takes_fp8, use_fp8_
 from engine.models.voxcpm.config import MiniCPM4Config
+
+# A stack's linears that run in FP8 when asked (EngineConfig.fp8_gemms for the LocDiT, fp8_backbone for the others):
+# all of its per-token GEMM work.
+FP8_LINEARS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
 
 class LongRoPE(nn.Module):
@@ -159,6 +163,10 @@ class MiniCPM4(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config, backend) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rope = None if config.no_rope else LongRoPE(config, rope_length)
+
+    def use_fp8(self) -> None:
+        """Run FP8_LINEARS in FP8 (engine/models/layers.Fp8Linear): call once, after loading, before LoRA."""
+        use_fp8_(self, FP8_LINEARS)
 
     def forward(
         self,

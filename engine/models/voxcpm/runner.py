@@ -122,8 +122,12 @@ class VoxCPMRunner:
         self.vae = checkpoint.vae
         self.patch_size = checkpoint.config.patch_size
         self.feat_dim = checkpoint.config.feat_dim
-        if config.fp8_gemms:  # before LoRA, whose linears keep the FP8 weight they wrap
+        # Before LoRA, whose linears keep the FP8 weight they wrap.
+        if config.fp8_gemms:
             self.model.feat_decoder.estimator.use_fp8()
+        if config.fp8_backbone:
+            for stack in (self.model.base_lm, self.model.residual_lm, self.model.feat_encoder.encoder):
+                stack.use_fp8()
         # The LoRA slots (fixed size) before the KV pool, which takes a share of the memory left after them.
         self.lora: LoRAPool | None = None
         if config.max_loras:

@@ -184,10 +184,11 @@ def test_lora_adapters_are_refused_at_start(qwen_checkpoint) -> None:
     assert EngineCore(engine_config(qwen_checkpoint("customvoice-0.6b"))).runner.lora is None
 
 
-def test_fp8_gemms_are_refused(qwen_checkpoint) -> None:
+@pytest.mark.parametrize("option", ["fp8_gemms", "fp8_backbone"])
+def test_fp8_gemms_are_refused(qwen_checkpoint, option: str) -> None:
     """FP8 GEMMs are a VoxCPM option: a Qwen3-TTS engine asked for them fails at start, not silently in bf16."""
-    with pytest.raises(ValueError, match="fp8_gemms is for VoxCPM"):
-        EngineCore(engine_config(qwen_checkpoint("base-0.6b"), fp8_gemms=True))
+    with pytest.raises(ValueError, match="fp8_backbone are for VoxCPM"):
+        EngineCore(engine_config(qwen_checkpoint("base-0.6b"), **{option: True}))
 
 
 def _record_prefill_positions(runner) -> list[int]:

@@ -22,8 +22,9 @@ from engine.models import layers
 from engine.models.layers import Fp8Linear
 from engine.models.voxcpm.cfm import CFM
 from engine.models.voxcpm.config import parse_config
-from engine.models.voxcpm.locdit import FP8_LINEARS, LocDiT
+from engine.models.voxcpm.locdit import LocDiT
 from engine.models.voxcpm.make_checkpoint import make_config
+from engine.models.voxcpm.minicpm4 import FP8_LINEARS
 from tests.engine.helpers import engine_config
 from tests.engine.test_cuda_graphs import _run_mixed_steps
 
@@ -170,17 +171,30 @@ def checkpoint(tiny_checkpoint: Callable[..., Path]) -> Path:
     return tiny_checkpoint("voxcpm2", stop=False)
 
 
+def test_fp8_backbone_replaces_the_backbone_linears_only(checkpoint: Path) -> None:
+    model = EngineCore(engine_config(checkpoint, fp8_backbone=True)).runner.model
+    for stack in (model.base_lm, model.residual_lm, model.feat_encoder.encoder):
+        for layer in stack.layers:
+            linears = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
+            assert all(type(linear) is Fp8Linear for linear in linears)
+    assert not any(type(module) is Fp8Linear for module in model.feat_decoder.modules())  # fp8_gemms is apart
+    assert type(model.feat_encoder.in_proj) is nn.Linear and type(model.enc_to_lm_proj) is nn.Linear
+
+
 @pytest.mark.usefixtures("fp8_at_any_batch")
-def test_engine_with_fp8_gemms_and_lora(checkpoint: Path, tmp_path: Path) -> None:
-    """Mixed steps (admissions joining a running batch, mixed Euler steps) on FP8 GEMMs: every request's audio is
-    finite, its first latent patch close to the fp32 engine's (the tiny random VAE then amplifies a difference some
-    fivefold, so audio is not compared); a DiT adapter still changes its requests, others are the FP8 base model's
-    bit for bit."""
+@pytest.mark.parametrize(
+    "fp8", [{"fp8_gemms": True}, {"fp8_backbone": True}, {"fp8_gemms": True, "fp8_backbone": True}], ids=str
+)
+def test_engine_with_fp8_gemms_and_lora(checkpoint: Path, tmp_path: Path, fp8: dict[str, bool]) -> None:
+    """Mixed steps (admissions joining a running batch, mixed Euler steps) on FP8 GEMMs (the LocDiT's, the
+    backbone's, both): every request's audio is finite, its first latent patch close to the fp32 engine's (the tiny
+    random VAE then amplifies a difference some fivefold, so audio is not compared); an LM and DiT adapter still
+    changes its requests, others are the FP8 base model's bit for bit."""
     adapter = make_adapter(checkpoint, tmp_path / "a", 4, 16, ("lm", "dit"), 0, scale=0.2)
     runs = {}
-    for name, overrides in {"fp32": {}, "fp8": {"fp8_gemms": True}}.items():
+    for name, overrides in {"fp32": {}, "fp8": fp8}.items():
         runs[name] = _run_mixed_steps(EngineCore(engine_config(checkpoint, max_num_seqs=8, **overrides)))
-    core = EngineCore(engine_config(checkpoint, max_num_seqs=8, max_loras=1, max_lora_rank=8, fp8_gemms=True))
+    core = EngineCore(engine_config(checkpoint, max_num_seqs=8, max_loras=1, max_lora_rank=8, **fp8))
     core.load_lora("a", core.read_lora(adapter))
     adapted = _run_mixed_steps(core, {"r0": "a", "r3": "a"})
     for request_id, chunks in runs["fp8"].items():
