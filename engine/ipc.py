@@ -50,16 +50,38 @@ def unpack(body: bytearray | memoryview) -> Any:
 
 def send(sock: socket.socket, message: Any) -> None:
     """Blocking: the whole message, or OSError."""
-    pending = deque(memoryview(frame) for frame in pack(message))
+    send_frames(sock, pack(message))
+
+
+def send_frames(sock: socket.socket, frames: list[bytes | memoryview]) -> None:
+    """Blocking: the frames of a message (pack), or what send_some left of them; or OSError."""
+    pending = deque(memoryview(frame) for frame in frames)
     while pending:
-        sent = sock.sendmsg([pending[i] for i in range(min(_IOV_MAX, len(pending)))])
-        while sent:
-            if sent >= pending[0].nbytes:
-                sent -= pending.popleft().nbytes
-            else:
-                pending[0], sent = pending[0][sent:], 0
-        while pending and not pending[0].nbytes:
-            pending.popleft()
+        _advance(pending, sock.sendmsg([pending[i] for i in range(min(_IOV_MAX, len(pending)))]))
+
+
+def send_some(sock: socket.socket, frames: list[bytes | memoryview]) -> list[memoryview]:
+    """Without blocking: as much of the frames as the socket takes now; what it did not (empty: all sent). OSError if
+    the socket is broken."""
+    pending = deque(memoryview(frame) for frame in frames)
+    while pending:
+        try:
+            sent = sock.sendmsg([pending[i] for i in range(min(_IOV_MAX, len(pending)))], [], socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            break
+        _advance(pending, sent)
+    return list(pending)
+
+
+def _advance(pending: deque[memoryview], sent: int) -> None:
+    """Drop the `sent` bytes from the front of `pending` (and the empty frames after them)."""
+    while sent:
+        if sent >= pending[0].nbytes:
+            sent -= pending.popleft().nbytes
+        else:
+            pending[0], sent = pending[0][sent:], 0
+    while pending and not pending[0].nbytes:
+        pending.popleft()
 
 
 class Unframer:

@@ -3,10 +3,13 @@ other end).
 
 The process's main thread runs the step loop (engine.engine_loop). One thread reads every worker's commands (`Intake`:
 making the requests' sequences there, off the step loop), and each connected worker has a thread that writes the step's
-items to it, so a worker that is slow to read delays only its own audio, never a step. A worker that goes away (its
-socket closes) loses its requests at the next step boundary. The supervisor starts this process with `run` as the target
-(with OMP_WAIT_POLICY=PASSIVE: wsserver.supervisor says why) and stops it by closing `control` (or with SIGTERM): open
-requests then fail with EngineError("engine closed").
+items to it, so a worker that is slow to read delays only its own audio, never a step. A small hand-over (one or two
+streams' chunks) the step loop writes itself, as far as the socket takes it without blocking, when nothing is queued
+ahead of it: waking the writer thread, which then waited for the GIL behind the next step's host work, took the
+chunk 0.64-1.26 ms to reach its worker on an H200 (one session; README, "End to end over the WebSocket"). A worker
+that goes away (its socket closes) loses its requests at the next step boundary. The supervisor starts this process
+with `run` as the target (with OMP_WAIT_POLICY=PASSIVE: wsserver.supervisor says why) and stops it by closing `control`
+(or with SIGTERM): open requests then fail with EngineError("engine closed").
 
 Messages (tuples, engine.ipc): from a worker `("add", request)`, `("abort", id)`, `("pause", id)`, `("resume", id)`,
 `("encode", call_id, wav, padding)`, `("check", call_id, request)`, `("load_lora", call_id, name, directory)`,
@@ -28,6 +31,7 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -43,8 +47,19 @@ from engine.outputs import EngineError
 logger = logging.getLogger(__name__)
 
 STATS_EVERY_S = 0.25  # how often an idle engine tells its workers how it is
+# A hand-over of at most this many items the step loop writes itself (WorkerChannel): the few streams a worker has at
+# low load, where a step's audio is waited for. More, and the copying would lengthen every step; the writer threads do
+# it beside the step loop.
+INLINE_ITEMS = 2
 SWITCH_INTERVAL_S = 0.0005  # the GIL's hand-over interval while serving (settle_for_serving)
 READ_BYTES = 1 << 18  # the most the intake takes from one worker's socket at a turn
+
+
+@dataclass(frozen=True, slots=True)
+class _Rest:
+    """What the socket did not take of a message the step loop wrote itself: the writer thread sends it first."""
+
+    frames: list[memoryview]
 
 
 class WorkerChannel:
@@ -54,18 +69,47 @@ class WorkerChannel:
         self.sock, self.engine = sock, engine
         self.unframer = ipc.Unframer()
         self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._unwritten = 0  # guarded by _lock: messages in the outbox the writer thread has not finished writing
         self.open = True
         self.writer = threading.Thread(target=self._write, name="engine-send", daemon=True)
         self.writer.start()
 
     def deliver(self, items: list[tuple[str, Item]]) -> bool:
         if self.open:
-            self.outbox.put(("items", items, self.engine.stats()))
+            message = ("items", items, self.engine.stats())
+            if len(items) <= INLINE_ITEMS:
+                self._write_now(message)
+            else:
+                self._queue(message)
         return self.open
 
     def send(self, message: Any) -> None:
         if self.open:
+            self._queue(message)
+
+    def _queue(self, message: Any) -> None:
+        with self._lock:
+            self._unwritten += 1
             self.outbox.put(message)
+
+    def _write_now(self, message: Any) -> None:
+        """Write `message` on this thread, unless the writer thread has messages still to write (it would overtake
+        them); what the socket does not take at once goes to the writer thread, ahead of anything later."""
+        with self._lock:
+            if self._unwritten:
+                self._unwritten += 1
+                self.outbox.put(message)
+                return
+            try:
+                rest: list[memoryview] | None = ipc.send_some(self.sock, ipc.pack(message))
+            except OSError:
+                rest = None
+            if rest:
+                self._unwritten += 1
+                self.outbox.put(_Rest(rest))
+        if rest is None:
+            self.gone()  # the socket broke: as the writer thread would have found
 
     def finish(self, timeout: float) -> None:
         """Write what is queued (the shut-down's errors), then close."""
@@ -75,7 +119,12 @@ class WorkerChannel:
     def _write(self) -> None:
         try:
             while (message := self.outbox.get()) is not None:
-                ipc.send(self.sock, message)
+                if isinstance(message, _Rest):
+                    ipc.send_frames(self.sock, message.frames)
+                else:
+                    ipc.send(self.sock, message)
+                with self._lock:
+                    self._unwritten -= 1
         except OSError:
             pass
         self.gone()

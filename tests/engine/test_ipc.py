@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import socket
+import threading
 
 import numpy as np
 import pytest
@@ -56,3 +57,28 @@ def test_unframer_messages_keep_their_arrays_while_it_reads_on() -> None:
 def test_unframer_refuses_an_impossible_length() -> None:
     with pytest.raises(ValueError, match="bytes"):
         ipc.Unframer().feed((ipc.MAX_MESSAGE + 1).to_bytes(8, "little"))
+
+
+def test_send_some_takes_what_the_socket_takes_and_send_frames_the_rest() -> None:
+    """Without blocking, a message larger than the socket's buffer goes in part; the rest, sent later, completes it."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+        audio = np.arange(1 << 20, dtype=np.float32)  # 4 MiB
+        rest = ipc.send_some(ours, ipc.pack(("items", [("a", audio)], None)))
+        assert rest and sum(frame.nbytes for frame in rest) < audio.nbytes + 1024  # some went
+        assert ipc.send_some(ours, [memoryview(b"x")]) == [memoryview(b"x")]  # full: nothing more goes
+        data = bytearray()
+        reader = threading.Thread(target=lambda: _read_all(theirs, data))
+        reader.start()
+        ipc.send_frames(ours, rest)
+        ipc.send(ours, ("stats", 3))
+        ours.shutdown(socket.SHUT_WR)
+        reader.join()
+        (kind, [(request_id, got)], stats), second = ipc.Unframer().feed(bytes(data))
+        assert (kind, request_id, stats, second) == ("items", "a", None, ("stats", 3)) and np.array_equal(got, audio)
+
+
+def _read_all(sock: socket.socket, into: bytearray) -> None:
+    while chunk := sock.recv(1 << 16):
+        into += chunk

@@ -1,5 +1,6 @@
 """An engine in its own process (engine.process) reached through EngineClient: the same results as in-process,
-cancel, back-pressure, a worker that goes away, and an engine process that dies under load."""
+cancel, back-pressure, a worker that goes away, and an engine process that dies under load. And a worker's channel
+on its own: small hand-overs written by the step loop, in order with what its writer thread still has to write."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import gc
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +23,9 @@ import pytest
 
 from engine import EngineError, FinishReason, GenerationParams, GenerationRequest, Prompt, ipc
 from engine.client import EngineClient
-from engine.process import SWITCH_INTERVAL_S, run, settle_for_serving
+from engine.engine_loop import DropChannel
+from engine.outputs import AudioChunk
+from engine.process import INLINE_ITEMS, SWITCH_INTERVAL_S, WorkerChannel, run, settle_for_serving
 from tests.engine.helpers import engine_config
 
 TIMEOUT = 60
@@ -198,3 +203,107 @@ def test_settling_for_serving_freezes_the_heap_and_hands_the_gil_over_sooner() -
     finally:
         gc.unfreeze()
         sys.setswitchinterval(interval)
+
+
+class _Loop:
+    """The step loop as a channel sees it: its stats and the commands it is handed."""
+
+    def __init__(self) -> None:
+        self.commands: list[object] = []
+
+    def stats(self) -> None:
+        return None
+
+    def submit(self, command: object) -> None:
+        self.commands.append(command)
+
+
+def _items(count: int, samples: int, first: int = 0) -> list[tuple[str, AudioChunk]]:
+    """`count` chunks of `samples` samples whose values say which chunk they are."""
+    return [
+        (f"r{i}", AudioChunk(f"r{i}", 0, np.full(samples, i, dtype=np.float32), np.zeros((1, 1), dtype=np.float32)))
+        for i in range(first, first + count)
+    ]
+
+
+def _read_messages(sock: socket.socket, count: int) -> list[Any]:
+    unframer, messages = ipc.Unframer(), []
+    while len(messages) < count:
+        messages += unframer.feed(sock.recv(1 << 20))
+    return messages
+
+
+def test_a_small_hand_over_is_written_before_deliver_returns_and_a_large_one_by_the_writer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    writer_sent: list[object] = []
+    send = ipc.send
+    monkeypatch.setattr(ipc, "send", lambda sock, message: (writer_sent.append(message[0]), send(sock, message)))
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        channel = WorkerChannel(ours, _Loop())  # type: ignore[arg-type]
+        assert channel.deliver(_items(2, 4800))
+        theirs.setblocking(False)
+        [(kind, items, _)] = ipc.Unframer().feed(theirs.recv(1 << 20))  # there already, whole
+        assert kind == "items" and [rid for rid, _ in items] == ["r0", "r1"] and writer_sent == []
+        theirs.setblocking(True)
+        assert channel.deliver(_items(INLINE_ITEMS + 1, 480))
+        [(kind, items, _)] = _read_messages(theirs, 1)
+        assert len(items) == INLINE_ITEMS + 1 and writer_sent == ["items"]
+        channel.finish(5)
+
+
+def test_a_hand_over_the_socket_cannot_take_keeps_its_order_with_the_next() -> None:
+    """A worker that does not read: the first hand-over goes in part, its rest and every later one queue for the
+    writer thread in order, whatever their size, and all arrive whole once the worker reads."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+        channel = WorkerChannel(ours, _Loop())  # type: ignore[arg-type]
+        sizes = [(1, 1 << 18), (2, 100), (INLINE_ITEMS + 1, 100), (1, 10)]
+        first = 0
+        for count, samples in sizes:
+            assert channel.deliver(_items(count, samples, first))
+            first += count
+        got: list[Any] = []
+        reader = threading.Thread(target=lambda: got.extend(_read_messages(theirs, len(sizes))))
+        reader.start()
+        reader.join(TIMEOUT)
+        chunks = [chunk for _, items, _ in got for _, chunk in items]
+        assert [len(items) for _, items, _ in got] == [count for count, _ in sizes]
+        assert [int(chunk.samples[0]) for chunk in chunks] == list(range(first))
+        assert [chunk.samples.size for chunk in chunks][:1] == [1 << 18] and chunks[0].samples.max() == 0
+        channel.finish(5)
+
+
+def test_a_small_hand_over_waits_behind_what_the_writer_thread_is_writing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer thread is still writing a large hand-over: the small one after it must not overtake it."""
+    release = threading.Event()
+    send = ipc.send
+
+    def held_send(sock: socket.socket, message: Any) -> None:
+        release.wait(TIMEOUT)
+        send(sock, message)
+
+    monkeypatch.setattr(ipc, "send", held_send)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        channel = WorkerChannel(ours, _Loop())  # type: ignore[arg-type]
+        assert channel.deliver(_items(INLINE_ITEMS + 1, 100))
+        assert channel.deliver(_items(1, 100, first=INLINE_ITEMS + 1))
+        release.set()
+        got = _read_messages(theirs, 2)
+        assert [len(items) for _, items, _ in got] == [INLINE_ITEMS + 1, 1]
+        channel.finish(5)
+
+
+def test_a_small_hand_over_to_a_closed_worker_drops_the_channel() -> None:
+    ours, theirs = socket.socketpair()
+    loop = _Loop()
+    with ours:
+        channel = WorkerChannel(ours, loop)  # type: ignore[arg-type]
+        theirs.close()
+        assert not channel.deliver(_items(1, 480))  # its requests are aborted by the step loop
+        assert [type(command) for command in loop.commands] == [DropChannel]
+        channel.writer.join(5)
+        assert not channel.writer.is_alive()
