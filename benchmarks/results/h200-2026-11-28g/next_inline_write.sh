@@ -1,6 +1,7 @@
 # Not run yet: the measurement of the step loop's own writes (007f718), for a next session. One call (~400 s):
 #   scripts/prepare_device_carry.sh; python benchmarks/ab_trees.py prepare --ref 0064eda --out .carry/base;
-#   cp benchmarks/results/h200-2026-11-28g/hop.patch.txt .carry/hop.patch;
+#   cp benchmarks/results/h200-2026-11-28g/hop.patch.txt .carry/hop.patch (for this tree);
+#   cp benchmarks/results/h200-2026-11-28f/hop.patch.txt .carry/hop_base.patch (for 0064eda's engine/process.py);
 #   cp benchmarks/results/h200-2026-11-28f/hops_one_session.py.txt .carry/hops_one_session.py;
 #   then bash .carry/next_inline_write.sh with carry [".carry"].
 source scripts/device_env.sh >/dev/null
@@ -13,7 +14,8 @@ WS="python3 benchmarks/ws_latency.py --model $C --device 0 --max-patches 60 --cl
 timeout 200 python3 benchmarks/ab_trees.py run --base .carry/base -- $WS --sessions 512 1 1 1 --format opus \
   --sample-rate 48000 "--server-args=--fp8-gemms on" 2>$OUT/err_ab.txt | grep '^{' > $OUT/ws_ab.jsonl; t ab $?
 # Then one session hop by hop in both trees.
-git apply .carry/hop.patch; (cd .carry/base && git apply --directory=.carry/base ../hop.patch 2>/dev/null || patch -p1 < ../hop.patch >/dev/null); t patch $?
+patch -p1 < .carry/hop.patch > /dev/null; t patch_new $?
+patch -p1 -F3 -d .carry/base < .carry/hop_base.patch > /dev/null; t patch_base $?
 ROOT=$PWD; mkdir -p hop_base hop_new
 WS1="benchmarks/ws_latency.py --model $C --device 0 --max-patches 60 --sessions 1 1 1 1 1 1 1 1 --format opus --sample-rate 48000 --client-processes 1 --server-args=--fp8-gemms=on"
 (cd .carry/base && HOP_TRACE_DIR=$ROOT/hop_base PYTHONPATH=$ROOT/.carry/base:$PYTHONPATH timeout 110 python3 $WS1 2>$OUT/err_base.txt | grep '^{' > $OUT/ws1_base.jsonl); t ws1_base $?
