@@ -1,4 +1,4 @@
-# Not run yet: the measurement of --fp8-backbone (d099d63), for a next session. One call (~450 s):
+# The measurement of --fp8-backbone (d099d63); run as the eleventh session's call 1 (../h200-2026-11-28h). One call (~450 s):
 #   scripts/prepare_device_carry.sh; then bash .carry/next_fp8_backbone.sh with carry [".carry"].
 source scripts/device_env.sh >/dev/null
 T0=$(date +%s); t() { echo "$1 rc=$2 $(( $(date +%s)-T0 ))s" | tee -a $OUT/log.txt; }

@@ -1,4 +1,4 @@
-# Not run yet: the measurement of the step loop's own writes (007f718), for a next session. One call (~400 s):
+# The measurement of the step loop's own writes (007f718); run as the eleventh session's call 2 (../h200-2026-11-28h). One call (~400 s):
 #   scripts/prepare_device_carry.sh; python benchmarks/ab_trees.py prepare --ref 0064eda --out .carry/base;
 #   cp benchmarks/results/h200-2026-11-28g/hop.patch.txt .carry/hop.patch (for this tree);
 #   cp benchmarks/results/h200-2026-11-28f/hop.patch.txt .carry/hop_base.patch (for 0064eda's engine/process.py);
