@@ -113,8 +113,9 @@ def test_sessions_spread_over_client_processes_and_segments_over_two_engines(
     clients_on = {max(allowed)} if len(allowed) > 1 else None  # the clients keep off the server's CPUs
     lines = run_script(
         *("--model", str(tiny_checkpoint("voxcpm2", stop=False)), "--device", "cpu,cpu", "--workers", "2"),
-        # One word, sent at once: one segment per session.
-        *("--client-processes", "2", "--sessions", "1", "4", "--max-patches", "8", "--text", "Morning."),
+        # One word, sent at once: one segment per session, of 40 patches: the per-engine means come from /status
+        # samples every 0.25 s while segments generate, and a level of 8-patch segments could end between two.
+        *("--client-processes", "2", "--sessions", "1", "4", "--max-patches", "40", "--text", "Morning."),
         *(("--client-cpus", cpu_list(clients_on)) if clients_on else ()),
     )
     assert [(line["sessions"], line["sessions_finished"], line["sessions_failed"]) for line in lines] == [
