@@ -1,10 +1,10 @@
 """A worker's handle on an engine process (engine.process): AsyncEngine's interface over a Unix socket.
 
-One reader task takes the engine's messages and puts each step's items into their requests' streams in order;
-commands are written to the socket as they are made (a buffered write, never awaited: cancel() must not block).
-If the engine process goes away, every open request and call fails with EngineError and `stats().healthy` turns
-False; nothing waits forever. `on_lost` callbacks run as soon as the connection is lost, so that a router can stop
-sending work there at once instead of at its next health poll.
+The engine's messages are handled as they arrive (engine.ipc.Receiver): each step's items go into their requests'
+streams in order. Commands are written to the socket as they are made (a buffered write, never awaited: cancel()
+must not block). If the engine process goes away, every open request and call fails with EngineError and
+`stats().healthy` turns False; nothing waits forever. `on_lost` callbacks run as soon as the connection is lost, so
+that a router can stop sending work there at once instead of at its next health poll.
 """
 
 from __future__ import annotations
@@ -30,43 +30,36 @@ logger = logging.getLogger(__name__)
 
 class EngineClient(EngineHandle):
     def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        info: ModelInfo,
-        stats: EngineStats,
-        pid: int,
-        max_buffered: int,
+        self, connection: ipc.Receiver, info: ModelInfo, stats: EngineStats, pid: int, max_buffered: int
     ) -> None:
         self.info, self.max_buffered = info, max_buffered
         self.pid = pid  # the engine process's
-        self._reader, self._writer = reader, writer
+        self._connection = connection
         self._stats = stats
         self._streams: dict[str, RequestStream] = {}
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._call_ids = itertools.count()
         self._error: EngineError | None = None  # set once the engine is gone
         self._on_lost: list[Callable[[], None]] = []
-        self._task = asyncio.create_task(self._read())
+        connection.hand_to(self._received)
+        connection.closed.add_done_callback(self._lost)
 
     @classmethod
     async def connect(cls, path: str, max_buffered: int = 32) -> EngineClient:
         """Connect to the engine process listening at `path` (EngineError if it cannot be reached)."""
         try:
-            reader, writer = await asyncio.open_unix_connection(path, limit=1 << 20)
-            kind, info, stats, pid = await ipc.read(reader)
+            connection = await ipc.connect(path)
+            kind, info, stats, pid = await connection.first()
         except (OSError, EOFError) as exc:
             raise EngineError(f"cannot reach the engine at {path}: {exc}") from exc
         assert kind == "hello"
-        return cls(reader, writer, info, stats, pid, max_buffered)
+        return cls(connection, info, stats, pid, max_buffered)
 
     async def close(self) -> None:
         """Disconnect: the engine drops this worker's requests; open streams here fail."""
-        self._writer.close()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
         self._fail(EngineError("the engine connection was closed"))
+        self._connection.close()
+        await self._connection.closed
 
     def on_lost(self, callback: Callable[[], None]) -> None:
         """Call `callback` (on this event loop) once the engine connection is lost or closed."""
@@ -77,7 +70,7 @@ class EngineClient(EngineHandle):
     def _send(self, message: tuple[Any, ...]) -> None:
         if self._error is not None:
             raise EngineError(str(self._error))
-        ipc.write(self._writer, message)
+        self._connection.send(message)
 
     def _open(self, request: GenerationRequest, stream: RequestStream) -> None:
         self._send(("add", request))  # a bad request comes back as its stream's first item: an EngineError
@@ -124,23 +117,23 @@ class EngineClient(EngineHandle):
 
     # the engine's messages
 
-    async def _read(self) -> None:
-        try:
-            while True:
-                kind, *args = await ipc.read(self._reader)
-                if kind == "items":
-                    items, self._stats = args
-                    for request_id, item in items:
-                        if (stream := self._streams.get(request_id)) is not None:
-                            stream.put(item)
-                elif kind == "reply":
-                    call_id, result = args
-                    if (future := self._calls.get(call_id)) is not None and not future.done():
-                        future.set_result(result)
-                elif kind == "stats":
-                    (self._stats,) = args
-        except (EOFError, OSError, ValueError) as exc:
-            logger.error("engine connection lost: %s", exc)
+    def _received(self, message: tuple[Any, ...]) -> None:
+        kind, *args = message
+        if kind == "items":
+            items, self._stats = args
+            for request_id, item in items:
+                if (stream := self._streams.get(request_id)) is not None:
+                    stream.put(item)
+        elif kind == "reply":
+            call_id, result = args
+            if (future := self._calls.get(call_id)) is not None and not future.done():
+                future.set_result(result)
+        elif kind == "stats":
+            (self._stats,) = args
+
+    def _lost(self, closed: asyncio.Future[BaseException | None]) -> None:
+        if self._error is None:
+            logger.error("engine connection lost: %s", closed.result() or "closed by the engine")
             self._fail(EngineError("the engine process is gone"))
 
     def _fail(self, error: EngineError) -> None:

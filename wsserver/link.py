@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -135,30 +134,25 @@ class LocalLink(CoordinatorLink):
 class RemoteLink(CoordinatorLink):
     """The coordinator in the supervisor, over a Unix socket."""
 
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, report: Callable[[], WorkerReport]
-    ) -> None:
+    def __init__(self, connection: ipc.Receiver, report: Callable[[], WorkerReport]) -> None:
         super().__init__(report)
-        self._reader, self._writer = reader, writer
+        self._connection = connection
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._call_ids = itertools.count()
         self.lost = asyncio.get_running_loop().create_future()  # done when the coordinator is gone
-        self._task = asyncio.create_task(self._read())
+        connection.hand_to(self._received)
+        connection.closed.add_done_callback(self._gone)
 
     @classmethod
     async def connect(cls, path: str, report: Callable[[], WorkerReport]) -> RemoteLink:
-        reader, writer = await asyncio.open_unix_connection(path)
-        return cls(reader, writer, report)
+        return cls(await ipc.connect(path), report)
 
     async def close(self) -> None:
-        self._writer.close()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        self._connection.close()
+        await self._connection.closed
 
     def _send(self, *message: Any) -> None:
-        if not self._writer.is_closing():
-            ipc.write(self._writer, message)
+        self._connection.send(message)
 
     async def _call(self, kind: str, *args: Any) -> Any:
         if self.lost.done():
@@ -193,26 +187,25 @@ class RemoteLink(CoordinatorLink):
     async def metrics(self) -> str:
         return await self._call("metrics")
 
-    async def _read(self) -> None:
-        try:
-            while True:
-                kind, *args = await ipc.read(self._reader)
-                if kind == "reply":
-                    call_id, result = args
-                    if (future := self._calls.get(call_id)) is not None and not future.done():
-                        future.set_result(result)
-                elif kind == "granted":
-                    self.granted(*args)
-                elif kind == "position":
-                    self.position(*args)
-                elif kind == "refused":
-                    self.refused(*args)
-                elif kind == "state":
-                    self.state(*args)
-                elif kind == "report?":
-                    self._send("report", args[0], self.own_report())
-        except (EOFError, OSError, ValueError) as exc:
-            logger.error("coordinator connection lost: %s", exc)
+    def _received(self, message: tuple[Any, ...]) -> None:
+        kind, *args = message
+        if kind == "reply":
+            call_id, result = args
+            if (future := self._calls.get(call_id)) is not None and not future.done():
+                future.set_result(result)
+        elif kind == "granted":
+            self.granted(*args)
+        elif kind == "position":
+            self.position(*args)
+        elif kind == "refused":
+            self.refused(*args)
+        elif kind == "state":
+            self.state(*args)
+        elif kind == "report?":
+            self._send("report", args[0], self.own_report())
+
+    def _gone(self, closed: asyncio.Future[BaseException | None]) -> None:
+        logger.error("coordinator connection lost: %s", closed.result() or "closed")
         self.state(False, True)  # without the coordinator nothing new can start: the worker drains
         for future in self._calls.values():
             if not future.done():
@@ -221,89 +214,82 @@ class RemoteLink(CoordinatorLink):
             self.lost.set_result(None)
 
 
-class _RemoteWorker:
-    """The coordinator's end of one worker's connection (a WorkerPort)."""
+class _RemoteWorker(ipc.Receiver):
+    """The coordinator's end of one worker's connection (a WorkerPort): it joins the coordinator once connected and
+    leaves it, its seats and tickets going back, once the connection ends."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    def __init__(self, coordinator: Coordinator) -> None:
+        super().__init__(self._received)
+        self.coordinator = coordinator
         self._reports: dict[int, asyncio.Future[WorkerReport]] = {}
         self._ids = itertools.count()
+        self._answering: set[asyncio.Task[None]] = set()
 
-    def _send(self, *message: Any) -> None:
-        if not self.writer.is_closing():
-            ipc.write(self.writer, message)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.coordinator.join(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        for future in self._reports.values():
+            if not future.done():
+                future.set_exception(ConnectionError("the worker is gone"))
+        self.coordinator.leave(self)
+
+    def _received(self, message: tuple[Any, ...]) -> None:
+        kind, *args = message
+        coordinator = self.coordinator
+        if kind == "seat":
+            call_id, client = args
+            self.send(("reply", call_id, coordinator.take_seat(self, client)))
+        elif kind == "free":
+            coordinator.free_seat(self, *args)
+        elif kind == "queue":
+            coordinator.enqueue(self, *args)
+        elif kind == "release":
+            coordinator.release(self, *args)
+        elif kind == "status":
+            self._answer(args[0], coordinator.status())
+        elif kind == "metrics":
+            self._answer(args[0], coordinator.metrics())
+        elif kind == "report":
+            call_id, report = args
+            if (future := self._reports.get(call_id)) is not None and not future.done():
+                future.set_result(report)
+
+    def _answer(self, call_id: int, work: Awaitable[Any]) -> None:
+        async def reply() -> None:
+            self.send(("reply", call_id, await work))
+
+        task = asyncio.create_task(reply())
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
+
+    # WorkerPort
 
     def granted(self, ticket_id: int, engine: int) -> None:
-        self._send("granted", ticket_id, engine)
+        self.send(("granted", ticket_id, engine))
 
     def position(self, ticket_id: int, place: int) -> None:
-        self._send("position", ticket_id, place)
+        self.send(("position", ticket_id, place))
 
     def refused(self, ticket_id: int) -> None:
-        self._send("refused", ticket_id)
+        self.send(("refused", ticket_id))
 
     def state(self, ready: bool, draining: bool) -> None:
-        self._send("state", ready, draining)
+        self.send(("state", ready, draining))
 
     async def report(self) -> WorkerReport:
         call_id = next(self._ids)
         future: asyncio.Future[WorkerReport] = asyncio.get_running_loop().create_future()
         self._reports[call_id] = future
-        self._send("report?", call_id)
+        self.send(("report?", call_id))
         try:
             return await future
         finally:
             self._reports.pop(call_id, None)
 
-    def reported(self, call_id: int, report: WorkerReport) -> None:
-        if (future := self._reports.get(call_id)) is not None and not future.done():
-            future.set_result(report)
-
-    def gone(self) -> None:
-        for future in self._reports.values():
-            if not future.done():
-                future.set_exception(ConnectionError("the worker is gone"))
-
 
 async def serve_coordinator(coordinator: Coordinator, path: str) -> asyncio.AbstractServer:
     """The supervisor's end: every worker's connection, dispatched to `coordinator`."""
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        worker = _RemoteWorker(writer)
-        coordinator.join(worker)
-        answering: set[asyncio.Task[None]] = set()
-
-        def answer(call_id: int, work: Awaitable[Any]) -> None:
-            async def reply() -> None:
-                worker._send("reply", call_id, await work)
-
-            task = asyncio.create_task(reply())
-            answering.add(task)
-            task.add_done_callback(answering.discard)
-
-        try:
-            while True:
-                kind, *args = await ipc.read(reader)
-                if kind == "seat":
-                    call_id, client = args
-                    worker._send("reply", call_id, coordinator.take_seat(worker, client))
-                elif kind == "free":
-                    coordinator.free_seat(worker, *args)
-                elif kind == "queue":
-                    coordinator.enqueue(worker, *args)
-                elif kind == "release":
-                    coordinator.release(worker, *args)
-                elif kind == "status":
-                    answer(args[0], coordinator.status())
-                elif kind == "metrics":
-                    answer(args[0], coordinator.metrics())
-                elif kind == "report":
-                    worker.reported(*args)
-        except (EOFError, OSError, ValueError):
-            pass
-        finally:
-            worker.gone()
-            coordinator.leave(worker)
-            writer.close()
-
-    return await asyncio.start_unix_server(serve, path)
+    return await ipc.serve(path, lambda: _RemoteWorker(coordinator))

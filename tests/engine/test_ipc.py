@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import socket
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import uvloop
 
 from engine import ipc
 
@@ -82,3 +87,85 @@ def test_send_some_takes_what_the_socket_takes_and_send_frames_the_rest() -> Non
 def _read_all(sock: socket.socket, into: bytearray) -> None:
     while chunk := sock.recv(1 << 16):
         into += chunk
+
+
+async def _served(
+    tmp_path: Path, handler: Callable[[Any], None] | None, name: str = "s"
+) -> tuple[ipc.Receiver, ipc.Receiver]:
+    """Both ends of one connection over a Unix socket: (ours, served), each an ipc.Receiver."""
+    accepted: asyncio.Future[ipc.Receiver] = asyncio.get_running_loop().create_future()
+
+    def connection() -> ipc.Receiver:
+        receiver = ipc.Receiver(handler)
+        accepted.set_result(receiver)
+        return receiver
+
+    path = str(tmp_path / f"{name}.sock")
+    server = await ipc.serve(path, connection)
+    ours = await ipc.connect(path)
+    theirs = await asyncio.wait_for(accepted, 5)
+    server.close()  # no more connections; the one made stays open
+    return ours, theirs
+
+
+async def test_a_receiver_hands_over_each_message_whole_and_in_order(tmp_path: Path) -> None:
+    got: list[Any] = []
+    ours, theirs = await _served(tmp_path, got.append)
+    messages = [("add", "x" * n, np.full(n, n, dtype=np.int64)) for n in (0, 1, 300, 70_000, 3_000_000)]
+    for message in messages:
+        ours.send(message)
+    ours.close()
+    assert await asyncio.wait_for(theirs.closed, 5) is None  # the peer closed: no error
+    assert len(got) == len(messages)
+    for (kind, text, array), (want_kind, want_text, want_array) in zip(got, messages, strict=True):
+        assert (kind, text) == (want_kind, want_text) and np.array_equal(array, want_array)
+
+
+async def test_a_receiver_holds_messages_until_it_has_a_handler(tmp_path: Path) -> None:
+    """A handshake: `first()` is the first message, and the ones that came with it reach the handler, in order."""
+    ours, theirs = await _served(tmp_path, None)
+    for n in range(4):
+        theirs.send(("m", n))
+    assert await asyncio.wait_for(ours.first(), 5) == ("m", 0)
+    while len(ours._held) < 3:
+        await asyncio.sleep(0.01)
+    got: list[Any] = []
+    ours.hand_to(got.append)
+    theirs.send(("m", 4))
+    while len(got) < 4:
+        await asyncio.sleep(0.01)
+    assert got == [("m", 1), ("m", 2), ("m", 3), ("m", 4)]
+    ours.close()
+
+
+async def test_first_raises_eof_when_the_connection_ends_before_any_message(tmp_path: Path) -> None:
+    ours, theirs = await _served(tmp_path, None)
+    theirs.close()
+    with pytest.raises(EOFError, match="closed by the peer"):
+        await asyncio.wait_for(ours.first(), 5)
+
+
+async def test_a_malformed_message_or_a_failing_handler_ends_the_connection_and_says_why(tmp_path: Path) -> None:
+    ours, theirs = await _served(tmp_path, lambda message: None)
+    assert theirs.transport is not None
+    ours.transport.write((ipc.MAX_MESSAGE + 1).to_bytes(8, "little"))  # type: ignore[union-attr]
+    assert isinstance(await asyncio.wait_for(theirs.closed, 5), ValueError)
+    assert await asyncio.wait_for(ours.closed, 5) is None  # ours sees the connection closed under it
+
+    def fail(message: Any) -> None:
+        raise RuntimeError(f"cannot take {message!r}")
+
+    got: list[Any] = []
+    ours, theirs = await _served(tmp_path, got.append, "second")
+    theirs.hand_to(fail)
+    ours.send(("a",))
+    ours.send(("b",))
+    error = await asyncio.wait_for(theirs.closed, 5)
+    assert isinstance(error, RuntimeError) and "('a',)" in str(error)
+    theirs.send(("after",))  # dropped: the connection is closing
+    assert await asyncio.wait_for(ours.closed, 5) is None and got == []
+
+
+def test_a_receiver_serves_on_uvloop_too(tmp_path: Path) -> None:
+    """The servers run uvloop, whose transports are not asyncio's classes."""
+    uvloop.run(test_a_receiver_hands_over_each_message_whole_and_in_order(tmp_path))
