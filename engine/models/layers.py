@@ -69,17 +69,34 @@ class Fp8Weight(nn.Module):
         self.register_buffer("scale", scale.t().contiguous(), persistent=False)
 
 
+class Fp8BlockWeight(nn.Module):
+    """A weight [N, K] in e4m3 with one fp32 scale per 128x128 block ([N / 128, K / 128]: kernels.FP8_BLOCK)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        q, scale = kernels.quantize_blocks_torch(weight.detach())
+        self.register_buffer("weight", q, persistent=False)
+        self.register_buffer("scale", scale, persistent=False)
+
+    @staticmethod
+    def fits(weight: torch.Tensor) -> bool:
+        return all(size % kernels.FP8_BLOCK == 0 for size in weight.shape)
+
+
 class Fp8Linear(nn.Linear):
     """A loaded nn.Linear that also holds its weight in FP8 (`fp8`) and multiplies in FP8 at batch (`linear`): the
     H100's FP8 tensor cores run about twice the bf16 rate. Inputs are quantised per row on the fly, or arrive
     quantised (`forward_fp8`, from a kernel that fused it). The model-dtype weight stays (small batches use it;
     LoRA sites, state-dict paths and dtypes do not change). Inference only."""
 
-    def __init__(self, base: nn.Linear) -> None:
+    def __init__(self, base: nn.Linear, blocks: bool = False) -> None:
         nn.Module.__init__(self)
         self.in_features, self.out_features = base.in_features, base.out_features
         self.weight, self.bias = base.weight, base.bias
         self.fp8 = Fp8Weight(base.weight)
+        # With `blocks` (and both dims multiples of 128), also in 128x128 blocks: for inputs that arrive quantised per
+        # 1x128 block (forward_fp8_blocks, from kernels.gate_up_silu_fp8).
+        self.fp8_blocks = Fp8BlockWeight(base.weight) if blocks and Fp8BlockWeight.fits(base.weight) else None
 
     def forward(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor:
         if isinstance(x, Fp8Rows):
@@ -94,6 +111,12 @@ class Fp8Linear(nn.Linear):
         """The product for rows already quantised: q [..., in] e4m3 with scale [..., 1]."""
         return kernels.fp8_matmul(q, scale, self.fp8.weight, self.fp8.scale, self.bias, self.weight.dtype)
 
+    def forward_fp8_blocks(self, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """The product for rows quantised per 1x128 block: q [..., in] e4m3 with scale [..., in / 128]."""
+        assert self.fp8_blocks is not None
+        blocks = self.fp8_blocks
+        return kernels.fp8_block_matmul(q, scale, blocks.weight, blocks.scale, self.bias, self.weight.dtype)
+
 
 def takes_fp8(consumer: nn.Module | None, x: torch.Tensor) -> bool:
     """Whether `consumer` is an Fp8Linear (not wrapped, e.g. by LoRA, whose adapter needs x itself) that multiplies
@@ -101,8 +124,14 @@ def takes_fp8(consumer: nn.Module | None, x: torch.Tensor) -> bool:
     return type(consumer) is Fp8Linear and consumer.takes_fp8(x)
 
 
-def use_fp8_(module: nn.Module, names: tuple[str, ...]) -> None:
-    """Replace every nn.Linear under `module` whose attribute name is in `names` by its Fp8Linear."""
+def takes_fp8_blocks(consumer: nn.Module) -> bool:
+    """Whether `consumer` is an Fp8Linear (not wrapped) that also holds its weight in 128x128 blocks."""
+    return type(consumer) is Fp8Linear and consumer.fp8_blocks is not None
+
+
+def use_fp8_(module: nn.Module, names: tuple[str, ...], blocks: tuple[str, ...] = ()) -> None:
+    """Replace every nn.Linear under `module` whose attribute name is in `names` by its Fp8Linear, with 128x128
+    block-scaled weights too where the name is in `blocks`."""
     targets = [
         (parent, name)
         for parent in module.modules()
@@ -110,4 +139,4 @@ def use_fp8_(module: nn.Module, names: tuple[str, ...]) -> None:
         if name in names and type(child) is nn.Linear
     ]
     for parent, name in targets:
-        setattr(parent, name, Fp8Linear(getattr(parent, name)))
+        setattr(parent, name, Fp8Linear(getattr(parent, name), blocks=name in blocks))

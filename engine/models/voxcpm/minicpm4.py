@@ -19,7 +19,7 @@ from torch import nn
 from engine import kernels
 from engine.attention import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
-from engine.models.layers import Fp8Rows, RMSNorm, takes_fp8, use_fp8_
+from engine.models.layers import Fp8Rows, RMSNorm, takes_fp8, takes_fp8_blocks, use_fp8_
 from engine.models.voxcpm.config import MiniCPM4Config
 
 # A stack's linears that run in FP8 when asked (EngineConfig.fp8_gemms for the LocDiT, fp8_backbone for the others):
@@ -111,8 +111,13 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor:
-        gate_up = self.gate_up_proj(x)
         down = self.down_proj
+        if isinstance(x, Fp8Rows) and takes_fp8_blocks(down):
+            # The gate/up GEMM applies SiLU*mul and writes the down GEMM's block-scaled e4m3 input itself.
+            gate_up = self.gate_up_proj.fp8  # an Fp8Linear's: the norm wrote Fp8Rows for it
+            h = kernels.gate_up_silu_fp8(x.q, x.scale, gate_up.weight, gate_up.scale, down.weight.dtype)
+            return down.forward_fp8_blocks(*h)
+        gate_up = self.gate_up_proj(x)
         if takes_fp8(down, gate_up):  # SiLU*mul writes the e4m3 rows the down GEMM reads
             return down.forward_fp8(*kernels.silu_mul_fp8(gate_up))
         return down(kernels.silu_mul(gate_up))
@@ -164,9 +169,11 @@ class MiniCPM4(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rope = None if config.no_rope else LongRoPE(config, rope_length)
 
-    def use_fp8(self) -> None:
-        """Run FP8_LINEARS in FP8 (engine/models/layers.Fp8Linear): call once, after loading, before LoRA."""
-        use_fp8_(self, FP8_LINEARS)
+    def use_fp8(self, block_scaled_mlp: bool = False) -> None:
+        """Run FP8_LINEARS in FP8 (engine/models/layers.Fp8Linear): call once, after loading, before LoRA. With
+        `block_scaled_mlp`, each MLP's down projection multiplies 1x128 and 128x128 block-scaled operands, which its
+        gate/up GEMM writes (kernels.gate_up_silu_fp8), where both its dims are multiples of 128."""
+        use_fp8_(self, FP8_LINEARS, blocks=("down_proj",) if block_scaled_mlp else ())
 
     def forward(
         self,

@@ -138,3 +138,39 @@ def test_cached_attention_twin_writes_the_cache_and_is_causal() -> None:
     assert torch.equal(caches[0][:, :2], k) and torch.equal(caches[1][:, :2], v)
     # position 0 sees itself only: its output is its own value row, per query head's KV head
     assert torch.allclose(out[:, 0].view(2, 2, 2, 8), v[:, 0, :, None].expand(2, 2, 2, 8))
+
+
+def test_block_scaled_fp8_twins() -> None:
+    """128x128 weight blocks and 1x128 activation blocks, each scaled to its own amax; the block GEMM is the product
+    of the dequantised operands; the gate/up twin is SiLU*mul of the rounded gate/up product, quantised per block."""
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(256, 384, generator=gen)
+    weight[:128, 128:256] *= 1e-3  # a quiet block keeps its own precision
+    q, scale = kernels.quantize_blocks_torch(weight)
+    assert q.dtype == kernels.FP8 and scale.shape == (2, 3)
+    back = q.float() * scale.repeat_interleave(128, 0).repeat_interleave(128, 1)
+    assert float(((back - weight).abs() / weight.abs().clamp(min=1e-6)).median()) < 1 / 16  # e4m3: 3 mantissa bits
+    assert torch.equal(q[:128, 128:256].float().abs().amax(), torch.tensor(kernels.FP8_MAX))
+
+    x = torch.randn(3, 5, 384, generator=gen)
+    xq, x_scale = kernels.quantize_rows_torch(x.reshape(15, 384))
+    gate_up = torch.randn(512, 384, generator=gen) / 384**0.5
+    wq, w_scale = kernels.quantize_rows_torch(gate_up)
+    h, h_scale = kernels.gate_up_silu_fp8(xq.view(3, 5, 384), x_scale.view(3, 5, 1), wq, w_scale.t(), torch.float32)
+    assert h.shape == (3, 5, 256) and h_scale.shape == (3, 5, 2)
+    want = kernels.silu_mul_torch(kernels.scaled_mm_torch(xq, x_scale, wq, w_scale.t(), torch.float32))
+    blocks = want.view(15, 2, 128)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    torch.testing.assert_close(h_scale.view(15, 2, 1), amax / kernels.FP8_MAX)
+    assert torch.equal(h.view(15, 2, 128), (blocks / (amax / kernels.FP8_MAX)).to(kernels.FP8))
+
+    down = torch.randn(128, 256, generator=gen)
+    dq, d_scale = kernels.quantize_blocks_torch(down)
+    bias = torch.randn(128, generator=gen)
+    y = kernels.fp8_block_matmul(h, h_scale, dq, d_scale, bias, torch.float32)
+    dequantised = h.float().view(15, 256) * h_scale.view(15, 2).repeat_interleave(128, 1)
+    expected = dequantised @ (dq.float() * d_scale.repeat_interleave(128, 0).repeat_interleave(128, 1)).t() + bias
+    assert y.shape == (3, 5, 128)
+    torch.testing.assert_close(y.view(15, 128), expected, rtol=1e-5, atol=1e-5)
+    exact = kernels.silu_mul_torch(x.reshape(15, 384) @ gate_up.t()) @ down.t() + bias
+    assert float((y.view(15, 128) - exact).norm() / exact.norm()) < 0.1

@@ -148,6 +148,43 @@ def test_norms_write_the_e4m3_rows_of_their_fp8_linears(monkeypatch: pytest.Monk
 
 
 @pytest.mark.usefixtures("fp8_at_any_batch")
+def test_block_scaled_down_weights_take_the_gate_up_kernels_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """voxcpm1.5's tiny LocDiT (hidden 128, ffn 256: whole 128x128 blocks): each MLP hands its norm's e4m3 rows to
+    gate_up_silu_fp8 and that kernel's block-scaled rows to the down GEMM, with no SiLU*mul pass; the velocity is
+    the rowwise path's within FP8 precision. VoxCPM2's tiny LocDiT (hidden 64) keeps the rowwise path."""
+    assert all(layer.mlp.down_proj.fp8_blocks is None for layer in _fp8_decoder("voxcpm2").layers)
+    decoder = _fp8_decoder("voxcpm1.5")
+    mlps = [layer.mlp for layer in decoder.layers]
+    assert all(mlp.down_proj.fp8_blocks is not None and mlp.gate_up_proj.fp8_blocks is None for mlp in mlps)
+    rowwise = copy.deepcopy(decoder)
+    for layer in rowwise.layers:
+        layer.mlp.down_proj.fp8_blocks = None
+    counted = dict.fromkeys(("gate_up_silu_fp8", "fp8_block_matmul", "silu_mul_fp8"), 0)
+    for name in counted:
+        original = getattr(kernels, name)
+
+        def spy(*args: object, _name: str = name, _original: Callable = original) -> object:
+            counted[_name] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(kernels, name, spy)
+    x = torch.randn(6, 8, decoder.config.hidden_size, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        blocks = decoder(x, keep=4)
+        assert counted == {"gate_up_silu_fp8": len(mlps), "fp8_block_matmul": len(mlps), "silu_mul_fp8": 0}
+        reference = rowwise(x, keep=4)
+    assert counted["silu_mul_fp8"] == len(mlps)
+    drift = float((blocks - reference).norm() / reference.norm())
+    assert 0 < drift < 0.05, drift
+
+
+def _fp8_decoder(variant: str) -> nn.Module:
+    estimator = _cfm(variant, "tiny", "cpu", torch.float32).estimator
+    estimator.use_fp8()
+    return estimator.decoder
+
+
+@pytest.mark.usefixtures("fp8_at_any_batch")
 def test_fp8_linear_with_a_lora_adapter_is_the_fp8_product_plus_the_adapter() -> None:
     linear = nn.Linear(32, 48, bias=True)
     base = Fp8Linear(linear)
