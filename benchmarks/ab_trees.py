@@ -5,8 +5,8 @@ a change run on the same GPU minutes apart. Where the git history is (this machi
 
     python benchmarks/ab_trees.py prepare --ref HEAD --out .carry/base
 
-copies REF's tracked engine/, benchmarks/, wsserver/ and web_demo/ into OUT. On the GPU machine, from the
-repository root:
+copies REF's tracked engine/, benchmarks/ (but its results/), wsserver/ and web_demo/ into OUT. On the GPU
+machine, from the repository root:
 
     python3 benchmarks/ab_trees.py run --base .carry/base -- python3 benchmarks/profile_step.py --model /tmp/c2
 
@@ -29,8 +29,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-# web_demo: the server serves its static files and will not start without them.
-PACKAGES = ("engine", "benchmarks", "wsserver", "web_demo")
+# web_demo: the server serves its static files and will not start without them. The results (megabytes of raw
+# lines) stay behind: a device call carries 64 MiB at most.
+PACKAGES = ("engine", "benchmarks", "wsserver", "web_demo", ":(exclude)benchmarks/results")
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -65,6 +65,7 @@ def test_prepare_copies_the_tracked_sources_of_a_ref(tmp_path: Path) -> None:
     assert (out / "engine" / "__init__.py").is_file() and (out / "benchmarks").is_dir()
     assert (out / "web_demo" / "index.html").is_file()  # a server started from the tree needs its static files
     assert not (out / "stale").exists() and not (out / "tests").exists()
+    assert (out / "benchmarks" / "ws_latency.py").is_file() and not (out / "benchmarks" / "results").exists()
     tracked = subprocess.run(
         ["git", "-C", str(REPO), "ls-tree", "-r", "--name-only", "HEAD", "engine"], capture_output=True, text=True
     ).stdout.split()
