@@ -22,10 +22,10 @@ elementwise passes): `qk_norm_rope`, `cached_attention`, `snake_beta` and `count
 
 FP8 (opt-in, `EngineConfig.fp8_gemms`): `quantize_rows` and `silu_mul_fp8` write the per-row scaled e4m3 inputs that
 `fp8_linear`'s GEMM (torch._scaled_mm, rowwise scales) reads; the SiLU*mul one saves the down projection's input a
-bf16 round trip through memory. `gate_up_silu_fp8` goes further for an MLP whose down projection holds 128x128
+bf16 round trip through memory. `fp8_block_mlp` goes further for an MLP whose down projection holds 128x128
 block-scaled weights: the gate/up GEMM itself applies SiLU*mul and quantises per 1x128 block in its epilogue, so
-neither the gate/up output nor a SiLU*mul pass goes through memory, and `fp8_block_matmul` (cuBLAS's block-scaled
-GEMM) reads its output (LocDiT MLP at B=512 on an H200: 0.300 ms a call against 0.317 for the three kernels before).
+neither the gate/up output nor a SiLU*mul pass goes through memory, and cuBLAS's block-scaled GEMM reads its output
+(LocDiT MLP at B=512 on an H200: 0.300 ms a call against 0.317 for the three kernels before).
 
 The twins are the reference numerics (voxcpm `modules/minicpm4/model.py`, `audio_vae*.py`; qwen-tts 0.1.1) and are
 what CPU runs and parity tests execute. `fused_enabled(False)` forces the twins on CUDA too (profiling, A/B checks).
@@ -115,6 +115,11 @@ def rms_norm_fp8_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tup
 
 
 FP8_BLOCK = 128  # block-scaled FP8: one scale per 1x128 of an activation row and per 128x128 of a weight
+# cuBLAS's block-scaled GEMM refuses a row count that is not a multiple of this (CUBLAS_STATUS_NOT_SUPPORTED on an
+# H200 at 530 rows) and a weight whose K / 128 blocks are not a multiple of 4 (its scales' layout pads them).
+BLOCK_MLP_ROWS = 16
+BLOCK_MLP_K_BLOCKS = 4
+_ROUNDED = (torch.bfloat16, torch.float16, torch.float32)  # the model dtypes the fused gate/up kernel rounds to
 
 
 def quantize_blocks_torch(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,8 +146,9 @@ def gate_up_silu_fp8_torch(
 def block_scaled_mm_torch(
     q: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, dtype: torch.dtype
 ) -> torch.Tensor:
-    """What fp8_block_matmul computes, in fp32 from the dequantised operands: q [M, K] e4m3 with 1x128 scales
-    [M, K / 128] times weight [N, K] e4m3 with 128x128 scales [N / 128, K / 128] -> [M, N] in `dtype`."""
+    """What the down GEMM of fp8_block_mlp computes, in fp32 from the dequantised operands: q [M, K] e4m3 with
+    1x128 scales [M, K / 128] times weight [N, K] e4m3 with 128x128 scales [N / 128, K / 128] -> [M, N] in
+    `dtype`."""
     a = q.float() * scale.repeat_interleave(FP8_BLOCK, dim=1)
     w = weight.float() * weight_scale.repeat_interleave(FP8_BLOCK, dim=0).repeat_interleave(FP8_BLOCK, dim=1)
     return (a @ w.t()).to(dtype)
@@ -417,44 +423,35 @@ def silu_mul_fp8(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return silu_mul_fp8_torch(gate_up)
 
 
-def gate_up_silu_fp8(
-    q: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """See gate_up_silu_fp8_torch, for q [..., K] with scale [..., 1]: the leading dims are kept on the e4m3 rows
-    [..., N] and their block scales [..., N / 128] (the fused kernel's are a column-major view)."""
-    lead, k = q.shape[:-1], q.shape[-1]
-    args = (q.reshape(-1, k), scale.reshape(-1, 1), weight, weight_scale, dtype)
-    if _fused(q):
-        from engine.kernels import triton_ops
-
-        h, h_scale = triton_ops.gate_up_silu_fp8(*args)
-    else:
-        h, h_scale = gate_up_silu_fp8_torch(*args)
-    return h.view(*lead, h.shape[-1]), h_scale.view(*lead, h_scale.shape[-1])
-
-
-def fp8_block_matmul(
+def fp8_block_mlp(
     q: torch.Tensor,
     scale: torch.Tensor,
-    weight: torch.Tensor,
-    weight_scale: torch.Tensor,
+    gate_up: torch.Tensor,
+    gate_up_scale: torch.Tensor,
+    down: torch.Tensor,
+    down_scale: torch.Tensor,
     bias: torch.Tensor | None,
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    """q [..., K] e4m3 with 1x128 scales [..., K / 128] times weight [N, K] e4m3 with 128x128 scales
-    [N / 128, K / 128], plus bias, in `dtype`: torch._scaled_mm with block scales on the GPU (cuBLAS; its CPU kernel
-    has rowwise scales only), block_scaled_mm_torch elsewhere."""
+    """An MLP on e4m3 rows q [..., K] with scale [..., 1]: gate_up_silu_fp8_torch (gate_up [2N, K] with
+    gate_up_scale [1, 2N]), then its block-scaled rows times down [H, N] with 128x128 scales down_scale
+    [H / 128, N / 128] (block_scaled_mm_torch), plus bias: [..., H] in `dtype`. On the GPU the first is one Triton
+    kernel and the second cuBLAS's block-scaled GEMM (torch._scaled_mm: its CPU kernel has rowwise scales only)."""
     lead, k = q.shape[:-1], q.shape[-1]
-    rows, row_scale = q.reshape(-1, k), scale.reshape(-1, scale.shape[-1])
-    if _enabled and q.is_cuda:
-        # cuBLAS takes both scale tensors column-major: [M, K / 128] and [K / 128, N / 128].
-        col_major = row_scale.t().contiguous().t()
-        y = torch._scaled_mm(rows, weight.t(), scale_a=col_major, scale_b=weight_scale.t(), out_dtype=dtype)
+    rows, row_scale = q.reshape(-1, k), scale.reshape(-1, 1)
+    fits = k % FP8_BLOCK == 0 and down.shape[1] % (FP8_BLOCK * BLOCK_MLP_K_BLOCKS) == 0
+    if _fused(q) and fits and rows.is_contiguous() and gate_up.is_contiguous() and dtype in _ROUNDED:
+        from engine.kernels import triton_ops
+
+        # Rows padded to BLOCK_MLP_ROWS (zeros), both scale tensors column-major: what cuBLAS takes.
+        h, h_scale = triton_ops.gate_up_silu_fp8(rows, row_scale, gate_up, gate_up_scale, dtype)
+        y = torch._scaled_mm(h, down.t(), scale_a=h_scale, scale_b=down_scale.t(), out_dtype=dtype)[: rows.shape[0]]
     else:
-        y = block_scaled_mm_torch(rows, row_scale, weight, weight_scale, dtype)
+        h, h_scale = gate_up_silu_fp8_torch(rows, row_scale, gate_up, gate_up_scale, dtype)
+        y = block_scaled_mm_torch(h, h_scale, down, down_scale, dtype)
     if bias is not None:
         y = y + bias
-    return y.view(*lead, weight.shape[0])
+    return y.view(*lead, down.shape[0])
 
 
 def fp8_matmul(

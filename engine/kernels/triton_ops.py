@@ -14,6 +14,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from engine.kernels import (
+    BLOCK_MLP_ROWS,
     FP8_BLOCK,
     FP8_MAX,
     FP8_MIN_AMAX,
@@ -24,7 +25,6 @@ from engine.kernels import (
     causal_conv_torch,
     conv_transpose_crop_torch,
     dense_attention_torch,
-    gate_up_silu_fp8_torch,
     guided_euler_torch_,
     lora_add_torch,
     pointwise_residual_torch,
@@ -328,15 +328,15 @@ def silu_mul_fp8(gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @triton.jit
 def _gate_up_silu_fp8_kernel(
-    a_ptr, w_ptr, sa_ptr, sw_ptr, q_ptr, s_ptr, M, N, K: tl.constexpr,
+    a_ptr, w_ptr, sa_ptr, sw_ptr, q_ptr, s_ptr, M, M_OUT, N, K: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, ROUND: tl.constexpr,
 ):  # fmt: skip
     """a [M, K] e4m3 with row scales sa [M]; w [2N, K] e4m3, gate rows then up rows, with scales sw [2N]. Each
     program makes a [BM, BN] tile of h = silu(gate) * up (rounded to ROUND where the twin rounds) and writes it as
-    e4m3 with one scale per row (BN = FP8_BLOCK columns): q [M, N], s [N / BN, M]."""
+    e4m3 with one scale per row (BN = FP8_BLOCK columns): q [M_OUT, N], s [N / BN, M_OUT], rows M.. of them zeros."""
     # Programs that share a band of GROUP_M row tiles run together, so the band's rows of `a` stay in L2.
     pid = tl.program_id(0)
-    grid_m, grid_n = tl.cdiv(M, BM), N // BN
+    grid_m, grid_n = tl.cdiv(M_OUT, BM), N // BN
     band = (pid // (GROUP_M * grid_n)) * GROUP_M
     band_m = min(grid_m - band, GROUP_M)
     pid_m = band + (pid % (GROUP_M * grid_n)) % band_m
@@ -361,36 +361,32 @@ def _gate_up_silu_fp8_kernel(
     h = (act * up).to(ROUND).to(tl.float32)  # and the product
     scale = tl.maximum(tl.max(tl.abs(h), axis=1), _FP8_MIN_AMAX) / _FP8_MAX
     q = (h / scale[:, None]).to(q_ptr.dtype.element_ty)
-    tl.store(q_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :], q, mask=row_ok[:, None])
-    tl.store(s_ptr + pid_n * M + rows, scale, mask=row_ok)
-
-
-_ROUND = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
-_GATE_UP_BK = 128
+    out_ok = rows < M_OUT
+    tl.store(q_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :], q, mask=out_ok[:, None])
+    tl.store(s_ptr + pid_n * M_OUT + rows, scale, mask=out_ok)
 
 
 def gate_up_silu_fp8(
     q: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """q [M, K]; the block scales come as a column-major [M, N / FP8_BLOCK] view (as cuBLAS takes them)."""
+    """kernels.gate_up_silu_fp8_torch for q [M, K] (K a multiple of 128, weight [2N, K] with N one of FP8_BLOCK),
+    its rows padded with zeros to a multiple of BLOCK_MLP_ROWS and its block scales a column-major
+    [rows, N / FP8_BLOCK] view: what cuBLAS's block-scaled GEMM takes (kernels.fp8_block_mlp)."""
     (m, k), n = q.shape, weight.shape[0] // 2
-    if (
-        dtype not in _ROUND
-        or k % _GATE_UP_BK
-        or n % FP8_BLOCK
-        or not (q.is_contiguous() and weight.is_contiguous() and scale.is_contiguous() and weight_scale.is_contiguous())
-    ):
-        return gate_up_silu_fp8_torch(q, scale, weight, weight_scale, dtype)
-    h = torch.empty(m, n, device=q.device, dtype=q.dtype)
-    h_scale = torch.empty(n // FP8_BLOCK, m, device=q.device, dtype=torch.float32)
-    if m:
+    m_out = -(-m // BLOCK_MLP_ROWS) * BLOCK_MLP_ROWS
+    h = torch.empty(m_out, n, device=q.device, dtype=q.dtype)
+    h_scale = torch.empty(n // FP8_BLOCK, m_out, device=q.device, dtype=torch.float32)
+    if m_out:
         # The best of five configurations at the LocDiT's shapes on an H200 (M = 11264, K = 1024, N = 4096).
-        grid = (triton.cdiv(m, 128) * (n // FP8_BLOCK),)
+        grid = (triton.cdiv(m_out, 128) * (n // FP8_BLOCK),)
         _gate_up_silu_fp8_kernel[grid](
-            q, weight, scale, weight_scale, h, h_scale, m, n, k,
-            BM=128, BN=FP8_BLOCK, BK=_GATE_UP_BK, GROUP_M=8, ROUND=_ROUND[dtype], num_warps=8, num_stages=3,
+            q, weight, scale, weight_scale, h, h_scale, m, m_out, n, k,
+            BM=128, BN=FP8_BLOCK, BK=128, GROUP_M=8, ROUND=_ROUND[dtype], num_warps=8, num_stages=3,
         )  # fmt: skip
     return h, h_scale.t()
+
+
+_ROUND = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
 # -- Snake (AudioVAE activation) and the depthwise causal conv it follows -------------------------------------

@@ -80,7 +80,10 @@ class Fp8BlockWeight(nn.Module):
 
     @staticmethod
     def fits(weight: torch.Tensor) -> bool:
-        return all(size % kernels.FP8_BLOCK == 0 for size in weight.shape)
+        """Whole blocks, and K / 128 blocks a multiple of kernels.BLOCK_MLP_K_BLOCKS (cuBLAS's scale layout)."""
+        out_features, in_features = weight.shape
+        blocks = kernels.FP8_BLOCK
+        return out_features % blocks == 0 and in_features % (blocks * kernels.BLOCK_MLP_K_BLOCKS) == 0
 
 
 class Fp8Linear(nn.Linear):
@@ -110,12 +113,6 @@ class Fp8Linear(nn.Linear):
     def forward_fp8(self, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         """The product for rows already quantised: q [..., in] e4m3 with scale [..., 1]."""
         return kernels.fp8_matmul(q, scale, self.fp8.weight, self.fp8.scale, self.bias, self.weight.dtype)
-
-    def forward_fp8_blocks(self, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        """The product for rows quantised per 1x128 block: q [..., in] e4m3 with scale [..., in / 128]."""
-        assert self.fp8_blocks is not None
-        blocks = self.fp8_blocks
-        return kernels.fp8_block_matmul(q, scale, blocks.weight, blocks.scale, self.bias, self.weight.dtype)
 
 
 def takes_fp8(consumer: nn.Module | None, x: torch.Tensor) -> bool:

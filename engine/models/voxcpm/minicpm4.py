@@ -114,9 +114,9 @@ class MLP(nn.Module):
         down = self.down_proj
         if isinstance(x, Fp8Rows) and takes_fp8_blocks(down):
             # The gate/up GEMM applies SiLU*mul and writes the down GEMM's block-scaled e4m3 input itself.
-            gate_up = self.gate_up_proj.fp8  # an Fp8Linear's: the norm wrote Fp8Rows for it
-            h = kernels.gate_up_silu_fp8(x.q, x.scale, gate_up.weight, gate_up.scale, down.weight.dtype)
-            return down.forward_fp8_blocks(*h)
+            gate_up, blocks = self.gate_up_proj.fp8, down.fp8_blocks  # the norm wrote Fp8Rows: an Fp8Linear's
+            args = (gate_up.weight, gate_up.scale, blocks.weight, blocks.scale, down.bias, down.weight.dtype)
+            return kernels.fp8_block_mlp(x.q, x.scale, *args)
         gate_up = self.gate_up_proj(x)
         if takes_fp8(down, gate_up):  # SiLU*mul writes the e4m3 rows the down GEMM reads
             return down.forward_fp8(*kernels.silu_mul_fp8(gate_up))

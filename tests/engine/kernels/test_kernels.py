@@ -152,25 +152,26 @@ def test_block_scaled_fp8_twins() -> None:
     assert float(((back - weight).abs() / weight.abs().clamp(min=1e-6)).median()) < 1 / 16  # e4m3: 3 mantissa bits
     assert torch.equal(q[:128, 128:256].float().abs().amax(), torch.tensor(kernels.FP8_MAX))
 
-    x = torch.randn(3, 5, 384, generator=gen)
-    xq, x_scale = kernels.quantize_rows_torch(x.reshape(15, 384))
-    gate_up = torch.randn(512, 384, generator=gen) / 384**0.5
+    x = torch.randn(15, 384, generator=gen)
+    xq, x_scale = kernels.quantize_rows_torch(x)
+    gate_up = torch.randn(1024, 384, generator=gen) / 384**0.5
     wq, w_scale = kernels.quantize_rows_torch(gate_up)
-    h, h_scale = kernels.gate_up_silu_fp8(xq.view(3, 5, 384), x_scale.view(3, 5, 1), wq, w_scale.t(), torch.float32)
-    assert h.shape == (3, 5, 256) and h_scale.shape == (3, 5, 2)
-    want = kernels.silu_mul_torch(kernels.scaled_mm_torch(xq, x_scale, wq, w_scale.t(), torch.float32))
-    blocks = want.view(15, 2, 128)
+    h, h_scale = kernels.gate_up_silu_fp8_torch(xq, x_scale, wq, w_scale.t(), torch.float32)
+    assert h.shape == (15, 512) and h_scale.shape == (15, 4)
+    blocks = kernels.silu_mul_torch(kernels.scaled_mm_torch(xq, x_scale, wq, w_scale.t(), torch.float32))
+    blocks = blocks.view(15, 4, 128)
     amax = blocks.abs().amax(-1, keepdim=True)
-    torch.testing.assert_close(h_scale.view(15, 2, 1), amax / kernels.FP8_MAX)
-    assert torch.equal(h.view(15, 2, 128), (blocks / (amax / kernels.FP8_MAX)).to(kernels.FP8))
+    torch.testing.assert_close(h_scale.view(15, 4, 1), amax / kernels.FP8_MAX)
+    assert torch.equal(h.view(15, 4, 128), (blocks / (amax / kernels.FP8_MAX)).to(kernels.FP8))
 
-    down = torch.randn(128, 256, generator=gen)
+    down = torch.randn(128, 512, generator=gen)
     dq, d_scale = kernels.quantize_blocks_torch(down)
+    dequantised = h.float() * h_scale.repeat_interleave(128, 1)
+    expected = dequantised @ (dq.float() * d_scale.repeat_interleave(128, 0).repeat_interleave(128, 1)).t()
+    torch.testing.assert_close(kernels.block_scaled_mm_torch(h, h_scale, dq, d_scale, torch.float32), expected)
     bias = torch.randn(128, generator=gen)
-    y = kernels.fp8_block_matmul(h, h_scale, dq, d_scale, bias, torch.float32)
-    dequantised = h.float().view(15, 256) * h_scale.view(15, 2).repeat_interleave(128, 1)
-    expected = dequantised @ (dq.float() * d_scale.repeat_interleave(128, 0).repeat_interleave(128, 1)).t() + bias
-    assert y.shape == (3, 5, 128)
-    torch.testing.assert_close(y.view(15, 128), expected, rtol=1e-5, atol=1e-5)
-    exact = kernels.silu_mul_torch(x.reshape(15, 384) @ gate_up.t()) @ down.t() + bias
+    args = (wq, w_scale.t(), dq, d_scale, bias, torch.float32)
+    y = kernels.fp8_block_mlp(xq.view(3, 5, 384), x_scale.view(3, 5, 1), *args)  # the CPU dispatch: the twins
+    assert y.shape == (3, 5, 128) and torch.equal(y.view(15, 128), expected + bias)
+    exact = kernels.silu_mul_torch(x @ gate_up.t()) @ down.t() + bias
     assert float((y.view(15, 128) - exact).norm() / exact.norm()) < 0.1

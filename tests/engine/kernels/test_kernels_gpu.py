@@ -514,37 +514,49 @@ def _dequantise_blocks(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.float() * scale.repeat_interleave(kernels.FP8_BLOCK, dim=-1)
 
 
+def _gate_up_operands(m: int, k: int, n: int) -> tuple[torch.Tensor, ...]:
+    x, weight = torch.randn(m, k, device="cuda") * 2, torch.randn(2 * n, k, device="cuda") / k**0.5
+    return (*kernels.quantize_rows_torch(x), *kernels.quantize_rows_torch(weight))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("m", "k", "n"), [(11264, 1024, 4096), (530, 1024, 4096), (1, 256, 128)])
 def test_gate_up_silu_fp8(dtype: torch.dtype, m: int, k: int, n: int) -> None:
     """The gate/up GEMM with SiLU*mul and 1x128 quantising in its epilogue against its twin. The two sum the products
-    in different orders, so a gate or up value can round to the other side of a 16-bit step, and with it a block's
-    amax: scales within 1 %, values within one e4m3 step (3 mantissa bits), the rows within 1 % overall."""
-    x, weight = torch.randn(m, k, device="cuda") * 2, torch.randn(2 * n, k, device="cuda") / k**0.5
-    q, scale = kernels.quantize_rows_torch(x)
-    w, w_scale = kernels.quantize_rows_torch(weight)
+    in different orders, so a gate or up value can round to the other side of a 16-bit step, a block's amax with
+    it, and an e4m3 value to the next step: nearly every scale within 1 %, the rows within 1 % overall. Rows past M,
+    up to a multiple of BLOCK_MLP_ROWS, are zeros."""
+    q, scale, w, w_scale = _gate_up_operands(m, k, n)
     h, h_scale = triton_ops.gate_up_silu_fp8(q, scale, w, w_scale.t().contiguous(), dtype)
     h_twin, h_scale_twin = kernels.gate_up_silu_fp8_torch(q, scale, w, w_scale.t(), dtype)
-    assert h.dtype == kernels.FP8 and h.shape == (m, n) and h_scale.shape == (m, n // kernels.FP8_BLOCK)
-    assert h_scale.stride() == (1, m)  # column-major, as cuBLAS's block-scaled GEMM takes it
-    torch.testing.assert_close(h_scale, h_scale_twin, rtol=1e-2, atol=0)
-    got, want = _dequantise_blocks(h, h_scale), _dequantise_blocks(h_twin, h_scale_twin)
-    subnormal_step = h_scale_twin.repeat_interleave(kernels.FP8_BLOCK, dim=-1) * 2**-9  # e4m3's, in the block's units
-    assert bool(((got - want).abs() <= want.abs() / 8 + 2 * subnormal_step).all())
-    assert _rel(got, want) < 1e-2
+    rows = -(-m // kernels.BLOCK_MLP_ROWS) * kernels.BLOCK_MLP_ROWS
+    assert h.dtype == kernels.FP8 and h.shape == (rows, n) and h_scale.shape == (rows, n // kernels.FP8_BLOCK)
+    assert h_scale.stride() == (1, rows)  # column-major, as cuBLAS's block-scaled GEMM takes it
+    assert not h[m:].float().any() and bool((h_scale[m:] == kernels.FP8_MIN_AMAX / kernels.FP8_MAX).all())
+    scale_rel = (h_scale[:m] - h_scale_twin).abs() / h_scale_twin
+    got, want = _dequantise_blocks(h[:m], h_scale[:m]), _dequantise_blocks(h_twin, h_scale_twin)
+    stats = {
+        "scales_over_1pc": float((scale_rel > 1e-2).float().mean()),
+        "scale_rel_max": float(scale_rel.max()),
+        "e4m3_differ": float((h[:m].float() != h_twin.float()).float().mean()),
+        "rel": _rel(got, want),
+    }
+    print(f"gate_up_silu_fp8 {m}x{k}x{n} {dtype}: {stats}")
+    assert stats["scales_over_1pc"] <= 1e-3 and stats["scale_rel_max"] < 0.05
+    assert stats["e4m3_differ"] < 0.02 and stats["rel"] < 1e-2
 
 
-@pytest.mark.parametrize(("m", "k", "n"), [(11264, 4096, 1024), (530, 4096, 1024), (1, 256, 128)])
-def test_fp8_block_matmul_is_the_dequantised_product(m: int, k: int, n: int) -> None:
-    """cuBLAS's block-scaled FP8 GEMM against the fp32 product of the dequantised operands, rounded to bf16, with
-    the activation scales column-major (the fused kernel's) or row-major (the twin's)."""
-    x, weight = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda") / k**0.5
-    blocks = x.view(m, k // kernels.FP8_BLOCK, kernels.FP8_BLOCK)
-    scale = blocks.abs().amax(-1).clamp(min=kernels.FP8_MIN_AMAX) / kernels.FP8_MAX
-    q = (blocks / scale[..., None]).to(kernels.FP8).view(m, k)
-    w, w_scale = kernels.quantize_blocks_torch(weight)
-    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    want = kernels.block_scaled_mm_torch(q, scale, w, w_scale, torch.float32) + bias.float()
-    for activation_scale in (scale, scale.t().contiguous().t()):
-        got = kernels.fp8_block_matmul(q, activation_scale, w, w_scale, bias, torch.bfloat16)
-        assert got.shape == (m, n) and _rel(got, want) < 4e-3
+@pytest.mark.parametrize(
+    ("m", "k", "n", "hidden"), [(11264, 1024, 4096, 1024), (530, 1024, 4096, 1024), (7, 256, 512, 128)]
+)
+def test_fp8_block_mlp_is_its_twins(m: int, k: int, n: int, hidden: int) -> None:
+    """The fused gate/up kernel and cuBLAS's block-scaled GEMM (rows padded for it and cut back) against the twins
+    run on the GPU, bf16 out: within the gate/up kernel's own difference (test_gate_up_silu_fp8)."""
+    q, scale, w, w_scale = _gate_up_operands(m, k, n)
+    down, down_scale = kernels.quantize_blocks_torch(torch.randn(hidden, n, device="cuda") / n**0.5)
+    bias = torch.randn(hidden, device="cuda", dtype=torch.bfloat16)
+    args = (q.view(1, m, k), scale.view(1, m, 1), w, w_scale.t().contiguous(), down, down_scale, bias, torch.bfloat16)
+    got = kernels.fp8_block_mlp(*args)
+    with kernels.fused_enabled(False):
+        want = kernels.fp8_block_mlp(*args)
+    assert got.shape == want.shape == (1, m, hidden) and _rel(got, want) < 2e-2
