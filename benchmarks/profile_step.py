@@ -11,6 +11,9 @@ Keys (milliseconds, medians):
 - step_eager: the same step run eagerly (wall time, synchronised): what the engine did before graphs.
 - cfm / vae / locdit_call: graphs of the CFM loop, the streaming VAE decode and one LocDiT estimator call
   at this batch; backbone = step_graph - cfm - vae (LocEnc, both LMs, FSQ, projections, stop head).
+- cfm_vae_overlapped: the CFM and VAE graphs launched together on two streams, until both finished. Against cfm +
+  vae it says how much of the VAE (bandwidth- and latency-bound) would hide under the CFM's GEMMs if a step's VAE
+  ran beside the next step's solver instead of after its own.
 - host = engine_step - step_graph: the host's share of a step and the gaps between the pieces' replays.
 - kernels_admit: the same for one admission of B requests (prefill step(s) until all decode).
 - gflop: the matrix work of one step and of each piece (`step`, `cfm`, `vae`, `locdit_call`, and `backbone` = step -
@@ -41,8 +44,8 @@ from engine.engine_core import EngineCore
 TEXT = "The quick brown fox jumps over the lazy dog while the weather report plays on the radio in the kitchen."
 
 
-def graph_ms(fn: Callable[[], object], iters: int = 10) -> float:
-    """Median replay time of a CUDA graph of fn (warmed up first, on a side stream as capture requires)."""
+def capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of fn (warmed up first, on a side stream as capture requires)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -51,12 +54,26 @@ def graph_ms(fn: Callable[[], object], iters: int = 10) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
+    return graph
+
+
+def graph_ms(*fns: Callable[[], object], iters: int = 10) -> float:
+    """Median time of CUDA graphs of fns, launched together, each replayed on a stream of its own (so that they may
+    run at once), until the last has finished; for one fn, its graph's replay time."""
+    graphs = [capture(fn) for fn in fns]
+    main = torch.cuda.current_stream()
+    streams = [torch.cuda.Stream() for _ in graphs]
     times = []
     for _ in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
+        start.record(main)
+        for graph, stream in zip(graphs, streams, strict=True):
+            stream.wait_stream(main)
+            with torch.cuda.stream(stream):
+                graph.replay()
+        for stream in streams:
+            main.wait_stream(stream)
+        end.record(main)
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
@@ -224,6 +241,7 @@ def profile(core: EngineCore, batch: int, steps: int, top: int) -> dict[str, obj
             line["cfm" + suffix] = round(graph_ms(run_cfm), 2)
             line["vae" + suffix] = round(graph_ms(run_vae), 2)
             line["locdit_call" + suffix] = round(graph_ms(run_dit), 3)
+    line["cfm_vae_overlapped"] = round(graph_ms(run_cfm, run_vae), 2)
     line["backbone"] = round(line["step_graph"] - line["cfm"] - line["vae"], 2)  # type: ignore[operator]
     line["host"] = round(line["engine_step"] - line["step_graph"], 2)  # type: ignore[operator]
     with kernels.fused_enabled(False):
