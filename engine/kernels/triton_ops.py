@@ -74,6 +74,20 @@ def _warps(block: int) -> int:
     return max(1, min(16, block // 256))
 
 
+# Kernels that run one program per token or row are throughput-bound on a large grid, where fewer, fuller warps per
+# program win: at B=512's LocDiT shapes on an H200 (11,264 tokens of 2,048 + 256 features) RoPE took 0.045 ms at 2
+# warps against 0.057 at 8, quantize_rows 0.036 at 1 against 0.051 at 8, and the tiny-row attention (2,048
+# programs) 0.057 at 4 against 0.066 at 8 (benchmarks/results/h200-2026-11-29, call 6). A small grid (one stream's
+# 22 LocDiT tokens) waits on each program's latency instead: it keeps the wider programs.
+MANY_PROGRAMS = 2048
+
+
+def _pass_warps(elements: int, per_thread: int, programs: int) -> int:
+    if programs < MANY_PROGRAMS:
+        return _warps(elements)
+    return max(1, min(8, elements // (32 * per_thread)))
+
+
 # -- RMSNorm (optionally fused with the residual add before it) --------------------------------------------------
 
 
@@ -230,7 +244,7 @@ def rope_qk_(
         _rope_kernel[(tokens,)](
             q, k, tables[0], tables[1], q_stride, k_stride, tables[0].shape[0],
             HQ=hq, HK=hk, HQ_P=triton.next_power_of_2(hq), HK_P=triton.next_power_of_2(hk), D=dim,
-            num_warps=_warps(hq * dim),
+            num_warps=_pass_warps(hq * dim, per_thread=32, programs=tokens),
         )  # fmt: skip
     return q, k
 
@@ -310,7 +324,8 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return quantize_rows_torch(x)
     q, scale, block = _fp8_rows(x.shape[1], x.shape[0], x)
     if x.shape[0]:
-        _quantize_rows_kernel[(x.shape[0],)](x, q, scale, x.shape[1], BLOCK=block, num_warps=_warps(block))
+        warps = _pass_warps(block, per_thread=64, programs=x.shape[0])
+        _quantize_rows_kernel[(x.shape[0],)](x, q, scale, x.shape[1], BLOCK=block, num_warps=warps)
     return q, scale
 
 
@@ -1000,9 +1015,11 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch:
         seq_p = max(16, triton.next_power_of_2(seq))
+        tile = group * seq_p * dim
+        warps = 4 if tile <= 128 * 64 or (tile <= 128 * 128 and batch * kv_heads >= MANY_PROGRAMS) else 8
         _dense_attention_kernel[(batch, kv_heads)](
             q, k, v, out, scale, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-            S=seq, S_P=seq_p, H=heads, G=group, D=dim, num_warps=4 if group * seq_p * dim <= 128 * 64 else 8,
+            S=seq, S_P=seq_p, H=heads, G=group, D=dim, num_warps=warps,
         )  # fmt: skip
     return out
 
