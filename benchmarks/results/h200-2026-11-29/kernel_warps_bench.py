@@ -1,8 +1,9 @@
-"""Launch configurations of the LocDiT attention block's three memory-bound Triton kernels at B=512's shapes
-(VoxCPM2: 1,024 guidance rows of 11 positions, 16 heads of 128, 2 kv heads; bf16), as CUDA graphs: RoPE in place,
-the tiny-row attention, and quantize_rows of its output, each at 1-16 warps, with the bandwidth each reaches (bytes
-read and written over time). The engine launches rope at _warps(16 * 128) = 8, attention at 8, quantize at 8.
-Run from the repository root: python3 benchmarks/results/h200-2026-11-29/kernel_warps_bench.py"""
+"""Launch configurations of the LocDiT's memory-bound Triton kernels at B=512's shapes (VoxCPM2: 1,024 guidance rows
+of 11 positions, hidden 1,024, 16 heads of 128, 2 kv heads; bf16), as CUDA graphs: RoPE in place, the tiny-row
+attention, quantize_rows of its output, and the residual add + RMSNorm writing e4m3 rows (`norm`: added after call
+6, not run yet), each at 1-16 warps, with the bandwidth each reaches (bytes read and written over time). Before
+c00df75 the engine launched rope, attention and quantize at 8 warps; it launches the norm at _warps(1024) = 4.
+Run from the repository root: python3 benchmarks/results/h200-2026-11-29/kernel_warps_bench.py [kernel ...]"""
 
 import json
 import sys
@@ -26,10 +27,16 @@ flat = out.view(tokens, heads * dim)
 q8 = torch.empty(tokens, heads * dim, device="cuda", dtype=torch.float8_e4m3fn)
 scale = torch.empty(tokens, 1, device="cuda", dtype=torch.float32)
 seq_p, block = 16, heads * dim
+hidden = 1024
+residual, update = (torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+norm_weight = torch.randn(hidden, device="cuda", dtype=torch.bfloat16)
+summed = torch.empty_like(residual)
+normed8 = torch.empty(tokens, hidden, device="cuda", dtype=torch.float8_e4m3fn)
 sizes = {  # bytes each kernel must move (reads + writes), for the bandwidth it reaches
     "rope": 2 * 2 * tokens * (heads + kv_heads) * dim,
     "attention": 2 * tokens * ((heads + 2 * kv_heads) * dim + heads * dim),
     "quantize": tokens * heads * dim * (2 + 1) + 4 * tokens,
+    "norm": tokens * hidden * (2 + 2 + 2 + 1) + 4 * tokens,
 }
 
 
@@ -51,8 +58,16 @@ def quantize(warps: int) -> None:
     triton_ops._quantize_rows_kernel[(tokens,)](flat, q8, scale, block, BLOCK=block, num_warps=warps)
 
 
+def norm(warps: int) -> None:
+    triton_ops._rms_norm_kernel[(tokens,)](
+        residual, update, norm_weight, normed8, scale, summed, hidden, 1e-5,
+        HAS_UPDATE=True, FP8=True, BLOCK=hidden, num_warps=warps,
+    )  # fmt: skip
+
+
 print(json.dumps({"gpu": torch.cuda.get_device_name(), "triton": triton.__version__}))
-for name, fn in (("rope", rope), ("attention", attention), ("quantize", quantize)):
+kernels = {"rope": rope, "attention": attention, "quantize": quantize, "norm": norm}
+for name, fn in kernels.items() if len(sys.argv) < 2 else ((n, kernels[n]) for n in sys.argv[1:]):
     for warps in (1, 2, 4, 8, 16):
         try:
             ms = graph_ms(lambda fn=fn, warps=warps: fn(warps), iters=50)
