@@ -45,6 +45,10 @@ _TRITON = importlib.util.find_spec("triton") is not None
 # dense_attention's fused kernel holds a row's keys in one tile of at most this many positions (16 is tl.dot's
 # smallest); the released local stacks have 5-11. Longer rows take the twin.
 MAX_TINY_SEQ = 32
+# `linear` and `gate_up_silu` stream the weight through a Triton kernel for at most this many rows (one stream's
+# step: the LMs' 1 row, the LocDiT's 22), where cuBLAS's kernels were slower; from 64 rows cuBLAS was as fast or
+# faster (an H200, benchmarks/results/h200-2026-11-29b).
+FEW_ROWS = 32
 _enabled = True  # owned here; flipped only through fused_enabled()
 
 
@@ -395,6 +399,27 @@ def qk_norm_rope(
 
         return triton_ops.qk_norm_rope_(q, k, q_weight, k_weight, eps, cos, sin)
     return qk_norm_rope_torch(q, k, q_weight, k_weight, eps, cos, sin)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear; on the GPU, x of at most FEW_ROWS rows (and no bias) streams the weight through a Triton kernel."""
+    if bias is None and _fused(x):
+        from engine.kernels import triton_ops
+
+        if triton_ops.few_rows_fit(x, weight, gated=False):
+            return triton_ops.few_rows_linear(x, weight)
+    return F.linear(x, weight, bias)
+
+
+def gate_up_silu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """silu_mul(F.linear(x, weight)) for weight [2N, K] (gate rows, then up rows); for a few rows on the GPU one
+    kernel, with the same roundings, so that neither the gate/up product nor a SiLU*mul pass goes through memory."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        if triton_ops.few_rows_fit(x, weight, gated=True):
+            return triton_ops.few_rows_linear(x, weight, gated=True)
+    return silu_mul(F.linear(x, weight))
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:

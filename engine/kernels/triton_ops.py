@@ -15,6 +15,7 @@ from triton.language.extra import libdevice
 
 from engine.kernels import (
     BLOCK_MLP_ROWS,
+    FEW_ROWS,
     FP8_BLOCK,
     FP8_MAX,
     FP8_MIN_AMAX,
@@ -273,6 +274,107 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         block = min(1024, triton.next_power_of_2(n_cols))
         _silu_mul_kernel[(rows, triton.cdiv(n_cols, block))](gate_up, out, n_cols, BLOCK=block, num_warps=4)
     return out
+
+
+# -- GEMMs of a few rows (one stream's step): a stream over the weight -------------------------------------------
+#
+# A few rows times a weight is a read of the weight, yet at one VoxCPM2 stream's shapes (LMs 1 row, LocDiT 22)
+# cuBLAS took 6.9-16.5 us a GEMM on an H200, 0.5-3.1 TB/s of the 4.8 (benchmarks/results/h200-2026-11-29b,
+# skinny_gemm_bench.py).
+# Each program here owns FEW_ROWS_BN output features of every row and walks K: y.T = w @ x.T, so the weight's
+# features fill the MMA's wide side and the rows (padded to 16) its narrow one. Where that leaves few programs to
+# keep the memory busy (a narrow N over a long K: o and down projections), each takes a quarter of K and the last
+# of a tile's programs to finish sums the four partials (stream-K's fixup, in a fixed order, so any arrival order
+# gives the same sum).
+
+FEW_ROWS_BN = 64
+_FEW_ROWS_SPLIT_TILES = 48  # fewer tiles than this over K >= 2048 split K in 4
+_FEW_ROWS_BK = 128
+# Partials and arrival counts of split launches, by (device, N, padded rows). Launches on one stream run one after
+# another and the last program of a tile sets its count back to 0, so launches (and graph replays) share them.
+_split_scratch: dict[tuple[torch.device, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+@triton.jit
+def _few_rows_kernel(
+    x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, M, N, K: tl.constexpr, stride_x, stride_y,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, GATED: tl.constexpr,
+):  # fmt: skip
+    """y [M, N] = x [M, K] @ w[:N].T, or with GATED (w [2N, K]: gate rows, then up rows) silu(x @ gate.T) * (x @
+    up.T), rounded where silu_mul rounds. Program (n, s) makes features n*BN.. of all M (<= BM) rows over the s-th
+    of SPLIT slices of K."""
+    pid_n, pid_k = tl.program_id(0), tl.program_id(1)
+    ns = pid_n * BN + tl.arange(0, BN)
+    ms = tl.arange(0, BM)
+    ks = tl.arange(0, BK)
+    K_PART: tl.constexpr = K // SPLIT
+    w_at = w_ptr + ns.to(tl.int64)[:, None] * K + pid_k * K_PART + ks[None, :]
+    x_at = x_ptr + ms[None, :] * stride_x + pid_k * K_PART + ks[:, None]
+    acc = tl.zeros([BN, BM], dtype=tl.float32)
+    acc_up = tl.zeros([BN, BM], dtype=tl.float32)
+    for k in tl.range(0, K_PART, BK, num_stages=4):
+        x = tl.load(x_at + k, mask=ms[None, :] < M, other=0.0)
+        acc = tl.dot(tl.load(w_at + k), x, acc)
+        if GATED:
+            acc_up = tl.dot(tl.load(w_at + N * K + k), x, acc_up)
+    out_at = y_ptr + ms[None, :] * stride_y + ns[:, None]
+    dtype = y_ptr.dtype.element_ty
+    if SPLIT == 1:
+        if GATED:
+            gate = acc.to(dtype).to(tl.float32)
+            act = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)  # F.silu rounds here
+            acc = act * acc_up.to(dtype).to(tl.float32)
+        tl.store(out_at, acc.to(dtype), mask=ms[None, :] < M)
+    else:
+        tile = ns[:, None] * BM + ms[None, :]
+        tl.store(part_ptr + pid_k * N * BM + tile, acc, cache_modifier=".cg")
+        tl.debug_barrier()  # every thread's partial is written before the count says so
+        if tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel") == SPLIT - 1:
+            acc = tl.zeros([BN, BM], dtype=tl.float32)
+            for s in tl.static_range(SPLIT):
+                acc += tl.load(part_ptr + s * N * BM + tile, cache_modifier=".cg")
+            tl.store(out_at, acc.to(dtype), mask=ms[None, :] < M)
+            tl.atomic_xchg(count_ptr + pid_n, 0)
+
+
+def few_rows_fit(x: torch.Tensor, weight: torch.Tensor, gated: bool) -> bool:
+    """Whether few_rows_linear takes x [..., K] (at most FEW_ROWS rows) times weight [N, K]."""
+    n, k = weight.shape
+    rows = x.numel() // k if k else 0
+    return (
+        0 < rows <= FEW_ROWS
+        and x.dtype == weight.dtype
+        and x.dtype in (torch.bfloat16, torch.float16)
+        and x.is_contiguous()
+        and weight.is_contiguous()
+        and n % (2 * FEW_ROWS_BN if gated else FEW_ROWS_BN) == 0
+        and k % (4 * _FEW_ROWS_BK) == 0
+    )
+
+
+def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, gated: bool = False) -> torch.Tensor:
+    """F.linear(x, weight) (or silu_mul of it, `gated`) for x that few_rows_fit."""
+    k = weight.shape[1]
+    n = weight.shape[0] // 2 if gated else weight.shape[0]
+    rows = x.numel() // k
+    y = torch.empty(*x.shape[:-1], n, device=x.device, dtype=x.dtype)
+    bm = max(16, triton.next_power_of_2(rows))
+    tiles = n // FEW_ROWS_BN
+    split = 4 if not gated and tiles < _FEW_ROWS_SPLIT_TILES and k >= 2048 else 1
+    part = count = y  # unread unless split
+    if split > 1:
+        key = (x.device, n, bm)
+        if key not in _split_scratch:
+            _split_scratch[key] = (
+                torch.empty(split * n * bm, device=x.device, dtype=torch.float32),
+                torch.zeros(tiles, device=x.device, dtype=torch.int32),
+            )
+        part, count = _split_scratch[key]
+    _few_rows_kernel[(tiles, split)](
+        x, weight, y, part, count, rows, n, k, k, n,
+        BM=bm, BN=FEW_ROWS_BN, BK=_FEW_ROWS_BK, SPLIT=split, GATED=gated, num_warps=4,
+    )  # fmt: skip
+    return y
 
 
 # -- FP8 rows: one program per row (K <= 16384 in one block), the scale from the row's amax ---------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engine import kernels
@@ -53,10 +52,18 @@ FP8_MIN_ROWS = 512
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, fp8: Fp8Weight | None) -> torch.Tensor:
-    """F.linear, or its FP8 product (kernels.fp8_linear) when `fp8` is given and x has FP8_MIN_ROWS rows or more."""
+    """kernels.linear, or its FP8 product (kernels.fp8_linear) when `fp8` is given and x has FP8_MIN_ROWS rows or
+    more."""
     if fp8 is not None and x.numel() >= FP8_MIN_ROWS * x.shape[-1]:
         return kernels.fp8_linear(x, fp8.weight, fp8.scale, bias)
-    return F.linear(x, weight, bias)
+    return kernels.linear(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """nn.Linear through kernels.linear: a few rows on the GPU stream the weight through a Triton kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return kernels.linear(x, self.weight, self.bias)
 
 
 class Fp8Weight(nn.Module):
@@ -121,6 +128,12 @@ def takes_fp8(consumer: nn.Module | None, x: torch.Tensor) -> bool:
     return type(consumer) is Fp8Linear and consumer.takes_fp8(x)
 
 
+def unwrapped(module: nn.Module) -> bool:
+    """Whether `module` is a Linear or an Fp8Linear as loaded: its product is x @ weight.T alone (no adapter), so a
+    kernel that fuses something into the GEMM may compute it from the weight."""
+    return type(module) in (Linear, Fp8Linear)
+
+
 def takes_fp8_blocks(consumer: nn.Module) -> bool:
     """Whether `consumer` is an Fp8Linear (not wrapped) that also holds its weight in 128x128 blocks."""
     return type(consumer) is Fp8Linear and consumer.fp8_blocks is not None
@@ -133,7 +146,7 @@ def use_fp8_(module: nn.Module, names: tuple[str, ...], blocks: tuple[str, ...] 
         (parent, name)
         for parent in module.modules()
         for name, child in parent.named_children()
-        if name in names and type(child) is nn.Linear
+        if name in names and type(child) in (nn.Linear, Linear)
     ]
     for parent, name in targets:
         setattr(parent, name, Fp8Linear(getattr(parent, name), blocks=name in blocks))

@@ -19,7 +19,7 @@ from torch import nn
 from engine import kernels
 from engine.attention import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
-from engine.models.layers import Fp8Rows, RMSNorm, takes_fp8, takes_fp8_blocks, use_fp8_
+from engine.models.layers import Fp8Rows, Linear, RMSNorm, takes_fp8, takes_fp8_blocks, unwrapped, use_fp8_
 from engine.models.voxcpm.config import MiniCPM4Config
 
 # A stack's linears that run in FP8 when asked (EngineConfig.fp8_gemms for the LocDiT, fp8_backbone for the others):
@@ -72,8 +72,8 @@ class Attention(nn.Module):
         self.backend = backend
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.split = (q_size, kv_size, kv_size)
-        self.qkv_proj = nn.Linear(config.hidden_size, q_size + 2 * kv_size, bias=False)
-        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
+        self.qkv_proj = Linear(config.hidden_size, q_size + 2 * kv_size, bias=False)
+        self.o_proj = Linear(q_size, config.hidden_size, bias=False)
         # Paged KV pool of a causal layer, bound by VoxCPMModel.allocate_kv_cache (not part of the state dict).
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
@@ -107,8 +107,8 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: MiniCPM4Config) -> None:
         super().__init__()
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor:
         down = self.down_proj
@@ -117,6 +117,9 @@ class MLP(nn.Module):
             gate_up, blocks = self.gate_up_proj.fp8, down.fp8_blocks  # the norm wrote Fp8Rows: an Fp8Linear's
             args = (gate_up.weight, gate_up.scale, blocks.weight, blocks.scale, down.bias, down.weight.dtype)
             return kernels.fp8_block_mlp(x.q, x.scale, *args)
+        if not isinstance(x, Fp8Rows) and x.numel() <= kernels.FEW_ROWS * x.shape[-1] and unwrapped(self.gate_up_proj):
+            # A few rows (one stream's step): one kernel streams the gate/up weight and applies SiLU*mul.
+            return down(kernels.gate_up_silu(x, self.gate_up_proj.weight))
         gate_up = self.gate_up_proj(x)
         if takes_fp8(down, gate_up):  # SiLU*mul writes the e4m3 rows the down GEMM reads
             return down.forward_fp8(*kernels.silu_mul_fp8(gate_up))

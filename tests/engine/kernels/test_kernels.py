@@ -17,6 +17,10 @@ def test_cpu_dispatch_is_the_twin() -> None:
     assert torch.equal(normed, kernels.rms_norm_torch(x + update, weight, 1e-5))
     gate_up = torch.randn(5, 32, generator=gen)
     assert torch.equal(kernels.silu_mul(gate_up), torch.nn.functional.silu(gate_up[:, :16]) * gate_up[:, 16:])
+    rows, weight_2n = torch.randn(3, 16, generator=gen), torch.randn(32, 16, generator=gen)
+    assert torch.equal(kernels.linear(rows, weight_2n), torch.nn.functional.linear(rows, weight_2n))
+    product = torch.nn.functional.linear(rows, weight_2n)
+    assert torch.equal(kernels.gate_up_silu(rows, weight_2n), kernels.silu_mul_torch(product))
     alpha = torch.rand(1, 3, 1, generator=gen) + 0.5
     assert torch.equal(kernels.snake(x, alpha), kernels.snake_torch(x, alpha))
     scale, shift = torch.rand(1, 3, 1, generator=gen) + 0.5, torch.randn(1, 3, 1, generator=gen)

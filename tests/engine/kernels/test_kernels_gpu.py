@@ -29,6 +29,75 @@ def test_rms_norm_and_add_rms_norm(dtype: torch.dtype, shape: tuple[int, ...]) -
     assert _rel(normed, kernels.rms_norm_torch(x + update, weight, 1e-5)) < 4e-3
 
 
+# One VoxCPM2 stream's GEMMs (K, N): the LMs' and the LocDiT's qkv, o, gate/up and down; o and down split K.
+FEW_ROWS_SHAPES = [(2048, 2560), (2048, 2048), (2048, 12288), (6144, 2048), (1024, 2560), (2048, 1024), (4096, 1024)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("k", "n"), FEW_ROWS_SHAPES)
+@pytest.mark.parametrize("lead", [(1,), (2, 11), (32,)])
+def test_few_rows_linear(dtype: torch.dtype, k: int, n: int, lead: tuple[int, ...]) -> None:
+    """Against an fp32 product of the same operands: one rounding of the output (bf16 ~2e-3 relative)."""
+    x = torch.randn(*lead, k, device="cuda", dtype=dtype)
+    weight = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+    assert triton_ops.few_rows_fit(x, weight, gated=False)
+    got = kernels.linear(x, weight)
+    want = torch.nn.functional.linear(x.float(), weight.float())
+    assert got.shape == (*lead, n) and got.dtype == dtype
+    assert _rel(got, want) < (3e-3 if dtype == torch.bfloat16 else 5e-4)
+
+
+def test_few_rows_split_k_is_deterministic_in_graphs() -> None:
+    """The split-K launches (narrow N, long K) sum their partials in a fixed order, and each launch's last program
+    resets the arrival counts: many launches in one CUDA graph, replayed, give the eager result bit for bit (a
+    count left over, or a partial read before it was written, would not)."""
+    x = torch.randn(22, 4096, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16) / 64
+    eager = kernels.linear(x, weight)
+    graph, outs = torch.cuda.CUDAGraph(), []
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        kernels.linear(x, weight)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        outs = [kernels.linear(x, weight) for _ in range(50)]
+    for _ in range(5):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(torch.equal(out, eager) for out in outs)
+    counts = [count for (_, n, _), (_, count) in triton_ops._split_scratch.items() if n == 1024]
+    assert counts and all(not count.any() for count in counts)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("k", "n"), [(2048, 6144), (1024, 4096)])
+@pytest.mark.parametrize("rows", [1, 22])
+def test_few_rows_gate_up_silu(dtype: torch.dtype, k: int, n: int, rows: int) -> None:
+    """One kernel against the twin (cuBLAS's product, then silu_mul): the two GEMMs sum in different orders, so a
+    gate or up value can round to the other side of one 16-bit step; the roundings after it are the twin's."""
+    x = torch.randn(rows, k, device="cuda", dtype=dtype)
+    weight = torch.randn(2 * n, k, device="cuda", dtype=dtype) / k**0.5
+    got = kernels.gate_up_silu(x, weight)
+    want = kernels.silu_mul_torch(torch.nn.functional.linear(x, weight))
+    assert got.shape == (rows, n)
+    assert _rel(got, want) < (8e-3 if dtype == torch.bfloat16 else 1e-3)
+
+
+def test_few_rows_refuses_what_it_does_not_cover() -> None:
+    weight = torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16)
+    assert not triton_ops.few_rows_fit(torch.randn(33, 1024, device="cuda", dtype=torch.bfloat16), weight, False)
+    assert not triton_ops.few_rows_fit(torch.randn(4, 1024, device="cuda"), weight, False)  # fp32 x
+    assert not triton_ops.few_rows_fit(torch.randn(4, 2048, device="cuda", dtype=torch.bfloat16)[:, ::2], weight, False)
+    assert not triton_ops.few_rows_fit(
+        torch.randn(4, 96, device="cuda", dtype=torch.bfloat16), weight[:, :96].contiguous(), False
+    )
+    x, bias = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16), torch.randn(2048, device="cuda")
+    assert torch.equal(
+        kernels.linear(x, weight, bias.bfloat16()), torch.nn.functional.linear(x, weight, bias.bfloat16())
+    )
+
+
 @pytest.mark.parametrize("lead", [(7,), (6, 11), (2048,)])
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(16, 2, 128), (16, 2, 64), (4, 2, 8)])
 def test_rope_in_place_on_qkv_views(lead: tuple[int, ...], heads: int, kv_heads: int, dim: int) -> None:
