@@ -140,6 +140,7 @@ class RemoteLink(CoordinatorLink):
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._call_ids = itertools.count()
         self.lost = asyncio.get_running_loop().create_future()  # done when the coordinator is gone
+        self._closing = False  # this end closed the connection (a drained worker's exit), not the coordinator
         connection.hand_to(self._received)
         connection.closed.add_done_callback(self._gone)
 
@@ -148,6 +149,7 @@ class RemoteLink(CoordinatorLink):
         return cls(await ipc.connect(path), report)
 
     async def close(self) -> None:
+        self._closing = True
         self._connection.close()
         await self._connection.closed
 
@@ -205,7 +207,10 @@ class RemoteLink(CoordinatorLink):
             self._send("report", args[0], self.own_report())
 
     def _gone(self, closed: asyncio.Future[BaseException | None]) -> None:
-        logger.error("coordinator connection lost: %s", closed.result() or "closed")
+        if self._closing:
+            logger.info("coordinator connection closed")
+        else:
+            logger.error("coordinator connection lost: %s", closed.result() or "closed")
         self.state(False, True)  # without the coordinator nothing new can start: the worker drains
         for future in self._calls.values():
             if not future.done():

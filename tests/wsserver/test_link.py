@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
+
+import pytest
 
 from engine import EngineStats
 from wsserver.coordinator import Coordinator, WorkerReport
@@ -38,3 +41,27 @@ async def test_a_ticket_avoids_the_engine_it_names(tmp_path: Path) -> None:
         await link.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_losing_the_coordinator_is_an_error_but_closing_the_link_is_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A drained worker closes its own link on the way out (every server shutdown): that is no error in its log. The
+    coordinator going away under a worker is, and the worker drains (its link reads not ready, draining)."""
+    coordinator = Coordinator(8, [Engine()], [1])
+    path = str(tmp_path / "coordinator.sock")
+    server = await serve_coordinator(coordinator, path)
+    caplog.set_level(logging.INFO, logger="wsserver.link")
+    closing = await RemoteLink.connect(path, WorkerReport)
+    dropped = await RemoteLink.connect(path, WorkerReport)
+    await closing.close()
+    assert closing.lost.done() and not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    server.close()
+    for transport in [w.transport for w in list(coordinator.seats) if hasattr(w, "transport")]:
+        transport.close()  # the supervisor's end of the connection goes (its process died)
+    await asyncio.wait_for(dropped.lost, 5)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        "coordinator connection lost: closed"
+    ]
+    assert dropped.draining and not dropped.ready
+    await server.wait_closed()
