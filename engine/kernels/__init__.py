@@ -46,8 +46,8 @@ _TRITON = importlib.util.find_spec("triton") is not None
 # smallest); the released local stacks have 5-11. Longer rows take the twin.
 MAX_TINY_SEQ = 32
 # `linear` and `gate_up_silu` stream the weight through a Triton kernel for at most this many rows (one stream's
-# step: the LMs' 1 row, the LocDiT's 22), where cuBLAS's kernels were slower; from 64 rows cuBLAS was as fast or
-# faster (an H200, benchmarks/results/h200-2026-11-29b).
+# step: the LMs' 1 row, the LocDiT's 22), where cuBLAS's kernels were slower at seven of eight shapes; at 64 rows
+# each won four (an H200, benchmarks/results/h200-2026-11-29b).
 FEW_ROWS = 32
 _enabled = True  # owned here; flipped only through fused_enabled()
 
