@@ -288,7 +288,9 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 # gives the same sum).
 
 FEW_ROWS_BN = 64
-_FEW_ROWS_SPLIT_TILES = 48  # fewer tiles than this over K >= 2048 split K in 4
+# N at most this over K >= 2048 splits K in 4: call 2's best configuration at each such shape (the o and down
+# projections), where N = 2,560 (the LMs' qkv) was best unsplit.
+_FEW_ROWS_SPLIT_N = 2048
 _FEW_ROWS_BK = 128
 # Partials and arrival counts of split launches, by (device, N, padded rows). Launches on one stream run one after
 # another and the last program of a tile sets its count back to 0, so launches (and graph replays) share them.
@@ -360,7 +362,7 @@ def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, gated: bool = False) 
     y = torch.empty(*x.shape[:-1], n, device=x.device, dtype=x.dtype)
     bm = max(16, triton.next_power_of_2(rows))
     tiles = n // FEW_ROWS_BN
-    split = 4 if not gated and tiles < _FEW_ROWS_SPLIT_TILES and k >= 2048 else 1
+    split = 4 if not gated and n <= _FEW_ROWS_SPLIT_N and k >= 2048 else 1
     part = count = y  # unread unless split
     if split > 1:
         key = (x.device, n, bm)
