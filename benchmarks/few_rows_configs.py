@@ -3,7 +3,7 @@ shapes, against cuBLAS and against the configuration the engine launches: for a 
 
 The engine launches every few-rows GEMM with 64 output features a program and splits K in four where N <= 2,048 and
 K >= 2,048 (`few_rows_linear`). The fourteenth session's sweep (benchmarks/results/h200-2026-11-29b, call 2) found 32
-features a program best at three of the eight VoxCPM2 shapes and did not print the other configurations; this prints
+features a program best at four of the eight VoxCPM2 shapes and did not print the other configurations; this prints
 all of them, as CUDA graphs of 10 launches (CUDA only):
 
     python3 benchmarks/few_rows_configs.py [--rows 1 8 22 32]
