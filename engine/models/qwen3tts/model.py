@@ -19,6 +19,7 @@ from torch import nn
 
 from engine.attention import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
+from engine.models.layers import Linear
 from engine.models.qwen3tts.config import Qwen3TTSConfig, TalkerConfig
 from engine.models.qwen3tts.prompt import Qwen3Prompt
 from engine.models.qwen3tts.qwen3 import Qwen3Stack
@@ -74,7 +75,7 @@ class CodePredictor(nn.Module):
         self.model = PredictorStack(config)
         p = config.predictor
         self.lm_head = nn.ModuleList(
-            nn.Linear(p.hidden_size, p.vocab_size, bias=False) for _ in range(p.num_code_groups - 1)
+            Linear(p.hidden_size, p.vocab_size, bias=False) for _ in range(p.num_code_groups - 1)
         )
         if p.hidden_size != config.stack.hidden_size:
             self.small_to_mtp_projection = nn.Linear(config.stack.hidden_size, p.hidden_size)
@@ -109,7 +110,7 @@ class Talker(nn.Module):
         super().__init__()
         self.model = TalkerStack(config, backend)
         self.text_projection = TextProjection(config.text_hidden_size, config.stack.hidden_size)
-        self.codec_head = nn.Linear(config.stack.hidden_size, config.stack.vocab_size, bias=False)
+        self.codec_head = Linear(config.stack.hidden_size, config.stack.vocab_size, bias=False)
         self.code_predictor = CodePredictor(config)
 
 

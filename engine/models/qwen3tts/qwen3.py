@@ -21,7 +21,7 @@ from torch import nn
 from engine import kernels
 from engine.attention import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
-from engine.models.layers import RMSNorm
+from engine.models.layers import Linear, RMSNorm
 from engine.models.qwen3tts.config import DecoderStackConfig
 
 
@@ -56,10 +56,10 @@ class Attention(nn.Module):
         self.scale = self.head_dim**-0.5
         self.backend = backend
         hidden = config.hidden_size
-        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+        self.q_proj = Linear(hidden, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = Linear(hidden, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = Linear(self.num_heads * self.head_dim, hidden, bias=False)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         # Paged pool of the talker's layer, bound by Qwen3TTSModel.allocate_kv_cache (not in the state dict).
@@ -77,7 +77,7 @@ class Attention(nn.Module):
         lead = x.shape[:-1]
         if self.qkv_weight is not None:
             widths = (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim)
-            q, k, v = nn.functional.linear(x, self.qkv_weight).split((widths[0], widths[1], widths[1]), dim=-1)
+            q, k, v = kernels.linear(x, self.qkv_weight).split((widths[0], widths[1], widths[1]), dim=-1)
             q, k = kernels.qk_norm_rope(
                 q.view(*lead, self.num_heads, self.head_dim),
                 k.view(*lead, self.num_kv_heads, self.head_dim),
@@ -119,9 +119,9 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_proj = Linear(hidden, intermediate, bias=False)
+        self.up_proj = Linear(hidden, intermediate, bias=False)
+        self.down_proj = Linear(intermediate, hidden, bias=False)
         self.gate_up_weight: torch.Tensor | None = None  # set by fuse_projections
 
     def fuse_projections(self) -> None:
@@ -130,7 +130,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is not None:
-            return self.down_proj(kernels.silu_mul(nn.functional.linear(x, self.gate_up_weight)))
+            return self.down_proj(kernels.gate_up_silu(x, self.gate_up_weight))
         return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
