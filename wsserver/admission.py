@@ -5,6 +5,10 @@ LLM tokens costs nobody a slot. Segments that continue a context already speakin
 their audio is playing and runs out if they wait, while a newcomer only starts later. A granted segment goes to the
 engine with the most free slots (the least outstanding work: every slot holds one generating segment); a segment's
 context carries its voice and prompt itself, so consecutive segments may run on different engines.
+
+A spare is a slot held in advance for a front end that reaches the queue over a socket (wsserver.coordinator): its
+next segment starts on it without the round trip. Spares are held only while nobody waits and at most half the slots
+are taken, so they never keep a segment waiting for longer than it takes to call one back.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ class SlotQueue(Generic[T]):
     def __init__(self, engine_slots: list[int]) -> None:
         self.capacity = list(engine_slots)  # per engine; 0 for an engine that is down
         self.holders: dict[T, int] = {}  # ticket -> the engine whose slot it holds
+        self.spares: dict[T, int] = {}  # the holders that are spares, not yet a segment's
         self._used = [0] * len(engine_slots)
         self.granted = [0] * len(engine_slots)  # per engine: segments granted so far (how the routing spread them)
         self._continuing: deque[T] = deque()  # continuations, first come first served
@@ -32,8 +37,16 @@ class SlotQueue(Generic[T]):
 
     @property
     def used(self) -> list[int]:
-        """Per engine: the slots held now (its generating segments)."""
+        """Per engine: the slots held now, spares included."""
         return list(self._used)
+
+    @property
+    def generating(self) -> list[int]:
+        """Per engine: the slots its generating segments hold (spares left out)."""
+        counts = list(self._used)
+        for engine in self.spares.values():
+            counts[engine] -= 1
+        return counts
 
     @property
     def waiting(self) -> list[T]:
@@ -53,9 +66,25 @@ class SlotQueue(Generic[T]):
         (self._continuing if continuing else self._new).append(ticket)
         return None
 
+    def spare(self, ticket: T) -> int | None:
+        """Hold a slot for `ticket` in advance (the engine's index), if nobody waits and at most half the slots would
+        then be held; else None. It counts as granted once `claim`ed."""
+        if self._continuing or self._new or 2 * (sum(self._used) + 1) > self.slots:
+            return None
+        if (engine := self._roomiest()) is not None:
+            self.holders[ticket] = self.spares[ticket] = engine
+            self._used[engine] += 1
+        return engine
+
+    def claim(self, ticket: T) -> None:
+        """Spare `ticket` is a segment's slot from now on."""
+        if (engine := self.spares.pop(ticket, None)) is not None:
+            self.granted[engine] += 1
+
     def release(self, ticket: T) -> list[tuple[T, int]]:
         """Give back `ticket`'s slot (or its place in the queue). Returns the tickets granted in consequence."""
         self._avoid.pop(ticket, None)
+        self.spares.pop(ticket, None)
         if ticket in self.holders:
             self._used[self.holders.pop(ticket)] -= 1
         elif ticket in self._continuing:

@@ -5,11 +5,22 @@ There is one Coordinator per server. A single-process server keeps it beside its
 lives in the supervisor and each worker reaches it over a Unix socket (wsserver.link). Either way a front end is a
 `WorkerPort`: the coordinator grants its tickets, tells it their places in the queue and the server's state, and asks
 it for a report when someone asks for the status. Everything here runs on one event loop.
+
+Spares. A worker's ticket costs a round trip to the supervisor before its segment can start (~0.3 ms on an H200's
+host, more on a cold first one: README, "End to end over the WebSocket"). So while the server has room, each worker
+that joined with `spares` holds one slot in advance (wsserver.admission): its next segment takes it at once and tells
+the coordinator (`claim`), which hands the worker a new spare if there is still room. When a ticket has to wait, or a
+spare's engine fails, the coordinator calls the spares back (`revoke`); a worker that has not used its spare by then
+releases it, one that has already claimed it ignores the call. A segment that claims its spare while the call is on
+its way starts ahead of the ticket that waits, by that one round trip. A server with several engines holds no spares:
+a spare is on the engine that had the most room when it was held, and a new context goes to the one that has the
+most when it starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import time
@@ -54,6 +65,14 @@ class WorkerPort(Protocol):
 
     def state(self, ready: bool, draining: bool) -> None: ...
 
+    def spare(self, ticket_id: int, engine: int) -> None:
+        """A slot on `engine` held for the worker's next segment, which claims it as ticket `ticket_id`."""
+        ...
+
+    def revoke(self, ticket_id: int) -> None:
+        """Release spare `ticket_id` unless it is already claimed."""
+        ...
+
     async def report(self) -> WorkerReport: ...
 
 
@@ -78,6 +97,9 @@ class Coordinator:
         self.seats: dict[WorkerPort, Counter[str]] = {}  # per front end, its seats by client
         self.draining = False
         self._positions: dict[tuple[WorkerPort, int], int] = {}
+        self._spared: list[WorkerPort] = []  # the front ends that hold spares, in the order they joined
+        self._revoked: set[tuple[WorkerPort, int]] = set()  # spares called back, not yet released or claimed
+        self._spare_ids = itertools.count(-1, -1)  # negative: a worker numbers its own tickets from 0 up
         self._watch: asyncio.Task[None] | None = None
         self._stopped = False
 
@@ -96,18 +118,25 @@ class Coordinator:
 
     # -- front ends ------------------------------------------------------------------------------------------------
 
-    def join(self, worker: WorkerPort) -> None:
+    def join(self, worker: WorkerPort, spares: bool = False) -> None:
+        """`spares`: the worker holds a spare slot while there is room (one whose tickets cost a round trip)."""
         self.seats.setdefault(worker, Counter())
         worker.state(self.ready, self.draining)
+        if spares:
+            self._spared.append(worker)
+            self._restock()
 
     def leave(self, worker: WorkerPort) -> None:
         """A front end is gone (closed, or its process died): its seats and tickets go back."""
         for client, count in self.seats.pop(worker, Counter()).items():
             for _ in range(count):
                 self.clients.free(client)
+        if worker in self._spared:
+            self._spared.remove(worker)
         for key in [key for key in (*self.queue.holders, *self.queue.waiting) if key[0] is worker]:
-            self._grant(self.queue.release(key))
+            self._free(key)
         self._announce()
+        self._restock()
 
     def take_seat(self, worker: WorkerPort, client: str) -> str | None:
         """A seat for a new session or speech request of `client` (its address); else why not: "draining",
@@ -142,17 +171,49 @@ class Coordinator:
         if engine is not None:
             worker.granted(ticket_id, engine)
         else:
+            self._revoke(self.queue.spares)
             self._announce()
 
+    def claim(self, worker: WorkerPort, ticket_id: int) -> None:
+        """The worker started a segment on its spare `ticket_id` (a ticket from now on, released as any other)."""
+        key = (worker, ticket_id)
+        self._revoked.discard(key)
+        self.queue.claim(key)
+        self._restock()
+
     def release(self, worker: WorkerPort, ticket_id: int) -> None:
-        """A segment is done with its slot, or leaves the queue (idempotent)."""
-        self._grant(self.queue.release((worker, ticket_id)))
+        """A segment is done with its slot, or leaves the queue, or a spare comes back (idempotent)."""
+        self._free((worker, ticket_id))
         self._announce()
+        self._restock()
+
+    def _free(self, key: tuple[WorkerPort, int]) -> None:
+        self._revoked.discard(key)
+        self._grant(self.queue.release(key))
 
     def _grant(self, grants: list[tuple[tuple[WorkerPort, int], int]]) -> None:
         for (worker, ticket_id), engine in grants:
             self._positions.pop((worker, ticket_id), None)
             worker.granted(ticket_id, engine)
+
+    def _restock(self) -> None:
+        """A spare for each front end that takes them and has none, while the queue allows (SlotQueue.spare)."""
+        if len(self.engines) > 1:
+            return
+        held = {worker for worker, _ in self.queue.spares.keys() - self._revoked}
+        for worker in self._spared:
+            if worker in held:
+                continue
+            ticket_id = next(self._spare_ids)
+            if (engine := self.queue.spare((worker, ticket_id))) is None:
+                return
+            worker.spare(ticket_id, engine)
+
+    def _revoke(self, spares: dict[tuple[WorkerPort, int], int]) -> None:
+        """Call back `spares` (those not called back already)."""
+        for key in spares.keys() - self._revoked:
+            self._revoked.add(key)
+            key[0].revoke(key[1])
 
     def _announce(self) -> None:
         """Tell every waiting segment whose place in the queue changed (`queue.status`)."""
@@ -198,6 +259,8 @@ class Coordinator:
                 else:
                     logger.error("engine %d failed: it takes no more segments", index)
                 self._grant(self.queue.set_capacity(index, self.slots_per_engine[index] if now else 0))
+                if not now:
+                    self._revoke({key: e for key, e in self.queue.spares.items() if e == index})
         self._healthy = healthy
         self._served = [served or now for served, now in zip(self._served, healthy, strict=True)]
         if self.failed:
@@ -206,6 +269,7 @@ class Coordinator:
                 key[0].refused(key[1])
         self._announce()
         self._broadcast()
+        self._restock()
 
     def _broadcast(self) -> None:
         for worker in list(self.seats):
@@ -228,7 +292,7 @@ class Coordinator:
     async def status(self) -> dict[str, Any]:
         reports = await self.reports()
         stats = [engine.stats() for engine in self.engines]
-        holders, slots = len(self.queue.holders), self.queue.slots
+        generating, slots = sum(self.queue.generating), self.queue.slots
         return {
             "ready": self.ready,
             "draining": self.draining,
@@ -240,7 +304,7 @@ class Coordinator:
             "speech_requests": sum(r.speech_requests for r in reports),
             "contexts": {
                 "active": sum(r.contexts_active for r in reports),
-                "generating": holders,
+                "generating": generating,
                 "queued": len(self.queue.waiting),
                 "paused": sum(r.contexts_paused for r in reports),
             },
@@ -248,10 +312,10 @@ class Coordinator:
             "engines": [
                 _engine_figures(engine, capacity, generating, segments)
                 for engine, capacity, generating, segments in zip(
-                    self.engines, self.queue.capacity, self.queue.used, self.queue.granted, strict=True
+                    self.engines, self.queue.capacity, self.queue.generating, self.queue.granted, strict=True
                 )
             ],
-            "utilisation_pct": round(100.0 * holders / slots, 1) if slots else 100.0,
+            "utilisation_pct": round(100.0 * generating / slots, 1) if slots else 100.0,
             "can_accept": self.ready and self.sessions < self.max_sessions,
         }
 

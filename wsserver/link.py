@@ -8,9 +8,13 @@ whose link breaks has lost every seat and slot it held: the coordinator frees th
 
 Messages, worker -> coordinator: `("seat", call_id, client)` (answered `("reply", call_id, refusal | None)`),
 `("free", client)`,
-`("queue", ticket_id, continuing, avoid)`, `("release", ticket_id)`, `("status", call_id)`, `("metrics", call_id)`,
-`("report", call_id, WorkerReport)`; coordinator -> worker: `("granted", ticket_id, engine)`,
-`("position", ticket_id, place)`, `("refused", ticket_id)`, `("state", ready, draining)`, `("report?", call_id)`.
+`("queue", ticket_id, continuing, avoid)`, `("claim", ticket_id)`, `("release", ticket_id)`, `("status", call_id)`,
+`("metrics", call_id)`, `("report", call_id, WorkerReport)`; coordinator -> worker: `("granted", ticket_id, engine)`,
+`("position", ticket_id, place)`, `("refused", ticket_id)`, `("spare", ticket_id, engine)`, `("revoke", ticket_id)`,
+`("state", ready, draining)`, `("report?", call_id)`.
+
+A RemoteLink's worker holds a spare slot while the server has room (wsserver.coordinator says how): a ticket it asks
+for then is granted at once, and the claim goes to the coordinator behind it.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class CoordinatorLink(abc.ABC):
         self.draining = False
         self._tickets: dict[int, SlotTicket] = {}
         self._ids = itertools.count()
+        self._spare: tuple[int, int] | None = None  # (ticket id, engine): a slot the coordinator holds for us
 
     @abc.abstractmethod
     async def take_seat(self, client: str) -> str | None:
@@ -58,6 +63,13 @@ class CoordinatorLink(abc.ABC):
     def queue(self, on_position: Callable[[int], None], continuing: bool, avoid: int | None = None) -> SlotTicket:
         """A ticket for an engine slot (on any engine but `avoid`); its `granted` future gives the engine. Every
         ticket goes back with `release`."""
+        if self._spare is not None and self._spare[1] != avoid:
+            (ticket_id, engine), self._spare = self._spare, None
+            ticket = SlotTicket(ticket_id, on_position)
+            ticket.granted.set_result(engine)
+            self._tickets[ticket_id] = ticket
+            self._claim(ticket_id)
+            return ticket
         ticket = SlotTicket(next(self._ids), on_position)
         self._tickets[ticket.id] = ticket
         self._enqueue(ticket.id, continuing, avoid)
@@ -70,6 +82,10 @@ class CoordinatorLink(abc.ABC):
 
     @abc.abstractmethod
     def _enqueue(self, ticket_id: int, continuing: bool, avoid: int | None) -> None: ...
+
+    @abc.abstractmethod
+    def _claim(self, ticket_id: int) -> None:
+        """Tell the coordinator that spare `ticket_id` is a segment's now."""
 
     @abc.abstractmethod
     def _release(self, ticket_id: int) -> None: ...
@@ -97,12 +113,20 @@ class CoordinatorLink(abc.ABC):
         if ticket is not None and not ticket.granted.done():
             ticket.granted.set_exception(EngineError("no engine is serving: every engine has failed"))
 
+    def spare(self, ticket_id: int, engine: int) -> None:
+        self._spare = (ticket_id, engine)
+
+    def revoke(self, ticket_id: int) -> None:
+        if self._spare is not None and self._spare[0] == ticket_id:
+            self._spare = None
+            self._release(ticket_id)
+
     def state(self, ready: bool, draining: bool) -> None:
         self.ready, self.draining = ready, draining
 
 
 class LocalLink(CoordinatorLink):
-    """The coordinator in this process."""
+    """The coordinator in this process: a ticket is granted within the call, so this link holds no spare."""
 
     def __init__(self, coordinator: Coordinator, report: Callable[[], WorkerReport]) -> None:
         super().__init__(report)
@@ -117,6 +141,9 @@ class LocalLink(CoordinatorLink):
 
     def _enqueue(self, ticket_id: int, continuing: bool, avoid: int | None) -> None:
         self.coordinator.enqueue(self, ticket_id, continuing, avoid)
+
+    def _claim(self, ticket_id: int) -> None:
+        self.coordinator.claim(self, ticket_id)
 
     def _release(self, ticket_id: int) -> None:
         self.coordinator.release(self, ticket_id)
@@ -180,6 +207,9 @@ class RemoteLink(CoordinatorLink):
     def _enqueue(self, ticket_id: int, continuing: bool, avoid: int | None) -> None:
         self._send("queue", ticket_id, continuing, avoid)
 
+    def _claim(self, ticket_id: int) -> None:
+        self._send("claim", ticket_id)
+
     def _release(self, ticket_id: int) -> None:
         self._send("release", ticket_id)
 
@@ -201,6 +231,10 @@ class RemoteLink(CoordinatorLink):
             self.position(*args)
         elif kind == "refused":
             self.refused(*args)
+        elif kind == "spare":
+            self.spare(*args)
+        elif kind == "revoke":
+            self.revoke(*args)
         elif kind == "state":
             self.state(*args)
         elif kind == "report?":
@@ -212,6 +246,7 @@ class RemoteLink(CoordinatorLink):
         else:
             logger.error("coordinator connection lost: %s", closed.result() or "closed")
         self.state(False, True)  # without the coordinator nothing new can start: the worker drains
+        self._spare = None  # its slot went with the coordinator
         for future in self._calls.values():
             if not future.done():
                 future.set_exception(ConnectionError("the coordinator is gone"))
@@ -232,7 +267,7 @@ class _RemoteWorker(ipc.Receiver):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self.coordinator.join(self)
+        self.coordinator.join(self, spares=True)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -251,6 +286,8 @@ class _RemoteWorker(ipc.Receiver):
             coordinator.free_seat(self, *args)
         elif kind == "queue":
             coordinator.enqueue(self, *args)
+        elif kind == "claim":
+            coordinator.claim(self, *args)
         elif kind == "release":
             coordinator.release(self, *args)
         elif kind == "status":
@@ -280,6 +317,12 @@ class _RemoteWorker(ipc.Receiver):
 
     def refused(self, ticket_id: int) -> None:
         self.send(("refused", ticket_id))
+
+    def spare(self, ticket_id: int, engine: int) -> None:
+        self.send(("spare", ticket_id, engine))
+
+    def revoke(self, ticket_id: int) -> None:
+        self.send(("revoke", ticket_id))
 
     def state(self, ready: bool, draining: bool) -> None:
         self.send(("state", ready, draining))

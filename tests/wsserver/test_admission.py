@@ -70,3 +70,26 @@ def test_client_limits_bound_seats_and_their_rate() -> None:
     assert limits.take("a", 1.0) is None
     off = ClientLimits(0, 0.0)
     assert all(off.take("a", 0.0) is None for _ in range(100))
+
+
+def test_spares_are_held_only_while_nobody_waits_and_half_the_slots_are_free() -> None:
+    queue: SlotQueue[str] = SlotQueue([2, 2])
+    assert queue.spare("s1") == 0 and queue.spare("s2") == 1  # the roomiest engine, as a segment would get
+    assert queue.spare("s3") is None  # a third would leave fewer than half the slots free
+    assert queue.generating == [0, 0] and queue.used == [1, 1] and queue.granted == [0, 0]
+    queue.claim("s1")  # a front end started a segment on its spare
+    assert queue.generating == [1, 0] and queue.granted == [1, 0] and queue.spares == {"s2": 1}
+    assert [queue.acquire(t, continuing=False) for t in "ab"] == [0, 1] and queue.acquire("c", False) is None
+    assert queue.spare("s3") is None  # somebody waits
+    assert queue.release("s2") == [("c", 1)]  # a spare called back goes to the queue
+    assert queue.spares == {} and queue.generating == queue.used == [2, 2]
+    assert queue.granted == [2, 2]  # a spare released unclaimed was never a segment
+
+
+def test_an_unknown_or_claimed_spare_claims_nothing_more() -> None:
+    queue: SlotQueue[str] = SlotQueue([4])
+    assert queue.spare("s") == 0
+    queue.claim("s")
+    queue.claim("s")
+    queue.claim("x")
+    assert queue.granted == [1] and queue.generating == [1]
