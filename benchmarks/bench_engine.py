@@ -54,7 +54,12 @@ def percentile(xs: list[float], p: float) -> float:
 
 
 async def one(
-    engine: AsyncEngine, steps: int, sample_rate: int, timesteps: int | None = None, lora: str | None = None
+    engine: AsyncEngine,
+    text: str,
+    steps: int,
+    sample_rate: int,
+    timesteps: int | None = None,
+    lora: str | None = None,
 ) -> tuple[float, float, float, float]:
     params = GenerationParams(seed=1, max_patches=steps, min_patches=steps, lora=lora)
     if timesteps is not None:
@@ -63,7 +68,7 @@ async def one(
     ttfb = None
     samples = 0
     last, gap = t0, 0.0
-    async for chunk in engine.generate(GenerationRequest(text=TEXT, params=params)):
+    async for chunk in engine.generate(GenerationRequest(text=text, params=params)):
         now = time.perf_counter()
         if ttfb is None:
             ttfb = now - t0
@@ -98,6 +103,8 @@ async def main(args: argparse.Namespace) -> None:
         fp8_gemms=args.fp8_gemms == "on",
         fp8_backbone=args.fp8_backbone == "on",
         pacing_margin_ms=args.pacing_margin_ms,
+        max_prefill_tokens=args.max_prefill_tokens,
+        idle_prefill_tokens=args.idle_prefill_tokens,
         pacing_max_hold_ms=args.pacing_max_hold_ms,
         step_trace=args.step_trace,
     )
@@ -118,10 +125,13 @@ async def main(args: argparse.Namespace) -> None:
         "prefill_graph_tokens": config.prefill_graph_tokens,
         "fp8_gemms": config.fp8_gemms,
         "fp8_backbone": config.fp8_backbone,
+        "max_prefill_tokens": config.max_prefill_tokens,
+        "idle_prefill_tokens": config.idle_prefill_budget,
+        "prompt_positions": engine.core.make_sequence(GenerationRequest(text=args.text)).num_prompt,
     }
     print(json.dumps(header | {"sample_rate": sample_rate} | settings), flush=True)
     for _ in range(args.warmup):
-        await asyncio.gather(*[one(engine, args.steps, sample_rate) for _ in range(8)])
+        await asyncio.gather(*[one(engine, args.text, args.steps, sample_rate) for _ in range(8)])
     cuda = torch.cuda.is_available() and config.device != "cpu"
     for c in args.concurrency:
         if cuda:
@@ -132,7 +142,10 @@ async def main(args: argparse.Namespace) -> None:
         loras = [names[i % len(names)] if names else None for i in range(c)]
         hot_task = asyncio.create_task(hot_load(engine, hot, args.hot_load_delay_s)) if hot else None
         results = await asyncio.gather(
-            *[one(engine, args.steps, sample_rate, n, lora) for n, lora in zip(timesteps, loras, strict=True)]
+            *[
+                one(engine, args.text, args.steps, sample_rate, n, lora)
+                for n, lora in zip(timesteps, loras, strict=True)
+            ]
         )
         wall = time.perf_counter() - t0
         if hot_task is not None:
@@ -203,4 +216,7 @@ if __name__ == "__main__":
     p.add_argument("--pacing-margin-ms", type=float, default=engine_defaults.pacing_margin_ms)
     p.add_argument("--pacing-max-hold-ms", type=float, default=engine_defaults.pacing_max_hold_ms)
     p.add_argument("--step-trace", default="", help="append one JSON line per engine step to this file")
+    p.add_argument("--max-prefill-tokens", type=int, default=engine_defaults.max_prefill_tokens)
+    p.add_argument("--idle-prefill-tokens", type=int, default=engine_defaults.idle_prefill_tokens)
+    p.add_argument("--text", default=TEXT, help="every request's text (the prompt's length is the admissions' cost)")
     asyncio.run(main(p.parse_args()))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+IDLE_POSITIONS_PER_SLOT = 96  # a sentence or two of text: the default idle step budget's share of each slot
+
 
 @dataclass(slots=True)
 class EngineConfig:
@@ -22,8 +24,10 @@ class EngineConfig:
     # player waits for that step, and a burst cut in two waves leaves the first playing one patch while the second's
     # prefill runs, its first chunks held back or its players run dry (on one H200, 512 sessions of 21-position
     # prompts: 390 then 122 admitted over two ~130 ms steps; in one 10,752-position step of ~160 ms, first frames
-    # came ~100 ms sooner, README). 0: as max_prefill_tokens.
-    idle_prefill_tokens: int = 16384
+    # came ~100 ms sooner, README). 0: as max_prefill_tokens. None: IDLE_POSITIONS_PER_SLOT per slot, at least
+    # 16384, so that a burst filling every slot with sentence-long prompts lands whole (on one H200, 1,024 VoxCPM2
+    # requests of 90 positions: in 11 waves over 2.3 s, xRT 834 and TTFB p50 963 ms; in one 738 ms step, 880 and 835).
+    idle_prefill_tokens: int | None = None
     max_patches: int = 2000  # absolute cap on generated patches per request
     # When idle, the first arrival waits for the rest of its burst: admission starts once no request arrived for
     # coalesce_ms, and at most coalesce_max_ms after that first arrival.
@@ -77,7 +81,7 @@ class EngineConfig:
         assert self.max_num_seqs >= 1
         assert self.max_model_len >= 16
         assert self.kv_block_size >= 1
-        assert self.max_prefill_tokens >= 1 and self.idle_prefill_tokens >= 0
+        assert self.max_prefill_tokens >= 1 and (self.idle_prefill_tokens or 0) >= 0
         assert self.max_patches >= 1
         assert 0 < self.kv_memory_fraction <= 1
         assert 0 <= self.coalesce_ms <= self.coalesce_max_ms
@@ -88,3 +92,11 @@ class EngineConfig:
         assert self.max_loras >= 0 and self.max_lora_rank >= 1 and self.lora_modules
         assert len(self.loras) <= self.max_loras, "more start-up LoRA adapters than max_loras"
         assert self.attention_backend in ("auto", "flash_attn", "sdpa", "torch")
+
+    @property
+    def idle_prefill_budget(self) -> int:
+        """The prompt positions an idle engine's step admits (idle_prefill_tokens resolved)."""
+        idle = self.idle_prefill_tokens
+        if idle is None:
+            idle = max(16384, IDLE_POSITIONS_PER_SLOT * self.max_num_seqs)
+        return max(idle, self.max_prefill_tokens)

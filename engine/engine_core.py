@@ -146,8 +146,10 @@ class EngineCore:
         """The next step admits the rest of the burst these requests led: see Scheduler.leads."""
         self.scheduler.leads = request_ids
 
-    def step(self) -> list[AudioChunk]:
+    def step(self, while_running: Callable[[], None] | None = None) -> list[AudioChunk]:
         """Run one step; one chunk per stepped request, `finish_reason` set on a request's last chunk.
+        `while_running` is called once the step's device work is queued, while the host waits for it (the caller's
+        own work then overlaps the device's); not at all if nothing runs.
 
         Any failure is fatal: the engine turns unhealthy, drops every request and raises EngineError.
         """
@@ -160,7 +162,7 @@ class EngineCore:
                 return []
             admitted = [seq for seq in batch if seq.is_prefill]
             positions = sum(seq.num_prompt for seq in admitted)
-            result = self.runner.run(batch)
+            result = self.runner.run(batch, while_running or _nothing)
             self.scheduler.postprocess(result.seqs, result.stops)
         except Exception as exc:
             self.fail()
@@ -226,6 +228,10 @@ class EngineCore:
             return self.runner.encode_audio(wav, padding)
         except ValueError as exc:
             raise EngineError(f"cannot encode audio: {exc}") from exc
+
+
+def _nothing() -> None:
+    pass
 
 
 def _open_trace(path: str) -> TextIO | None:

@@ -17,6 +17,9 @@ engine process (engine.process). It owns the EngineCore; everything else reaches
   wait with it (an abort must not overtake its request). Otherwise arrivals join at the next step boundary.
 - While the next step is due to admit more than `first_chunk_hold_positions` prompt positions, a request's first
   chunk is held back and handed over with its second (EngineConfig says why); an abort drops it.
+- A step's chunks for more than `DEFER_ITEMS` requests are handed over once the next step's device work is queued
+  (`EngineCore.step(while_running=...)`), or before the loop waits if no step follows; anything else handed over
+  (an abort's end, a failure) goes behind them, so that a request's items keep their order.
 - Back-pressure is the consumer's: it sends `Pause` when it lags `max_buffered_chunks` behind and `Resume` once it
   caught up by half (engine.streams). A paused request keeps its KV blocks and slot but is not stepped.
 - Once idle for `HEAP_TRIM_IDLE_S` after a step, the loop gives the host heap's freed memory back to the OS
@@ -47,6 +50,11 @@ from engine.sequence import Sequence
 logger = logging.getLogger(__name__)
 
 HEAP_TRIM_IDLE_S = 1.0  # idle this long after a step before the heap is trimmed: a trim can take tens of ms
+# A step's chunks for more requests than this wait for the next step's device work to be queued before they are handed
+# over: their consumers' Python work (an event loop's, the writer threads') would otherwise contend for the GIL with
+# the host's part of the next step while the device waits for it (on an H200, a B=1,024 VoxCPM2 step took 177 ms under
+# bench_engine's consumers against 168 without). A few go at once: one stream's next audio waits for nothing.
+DEFER_ITEMS = 32
 
 # What a channel delivers for one request: a chunk, None (cancelled), or the error that ends it.
 Item = AudioChunk | EngineError | None
@@ -126,6 +134,8 @@ class EngineLoop:
         self._owners: dict[str, Channel] = {}  # loop thread only: the channel of every open request
         self._leads: frozenset[str] = frozenset()  # loop thread only: the open burst window's lead(s)
         self._held: dict[str, AudioChunk] = {}  # loop thread only: first chunks held back (first_chunk_hold_positions)
+        self._outbox: list[tuple[Channel, str, Item]] = []  # loop thread only: items not handed over yet (_flush)
+        self._unread: list[str] = []  # loop thread only: requests whose channel refused a hand-over (_drop_unread)
         self._stepped_since_trim = False  # loop thread only
         self._stats: EngineStats = core.stats()  # replaced (never mutated) by the loop thread
 
@@ -161,7 +171,9 @@ class EngineLoop:
             while self._wait_for_work():
                 self._run_commands()
                 if self.core.has_work():
-                    self._deliver(self.core.step())
+                    chunks = self.core.step(while_running=self._flush)
+                    self._drop_unread()
+                    self._deliver(chunks)
                     self._stepped_since_trim = True
                 self._stats = self.core.stats()
         except EngineError as exc:
@@ -188,6 +200,8 @@ class EngineLoop:
     def _wait_for_work(self) -> bool:
         """Block while idle; an arrival then opens a burst window as its lead, or, the window's lead having finished,
         waits for the rest of its burst (module docstring). False: stop."""
+        if not self.core.has_work():  # no step follows at once: what the last one made goes now
+            self._hand_off([])
         with self._cond:
             if self.core.has_work():
                 return not self._stopping
@@ -278,7 +292,8 @@ class EngineLoop:
                         self.core.abort(request_id)
                         del self._owners[request_id]
                         self._held.pop(request_id, None)
-        self._hand_off(endings)
+        if endings:  # behind what the outbox holds
+            self._hand_off(endings)
         if leads:
             self._leads = frozenset(leads)
         elif everything and self._leads:  # the window closed: the next step admits the rest of the leads' burst
@@ -320,7 +335,9 @@ class EngineLoop:
             if chunk.finish_reason is not None:
                 del self._owners[chunk.request_id]
             items.append((channel, chunk.request_id, chunk))
-        self._hand_off(items)
+        self._outbox.extend(items)
+        if len(items) <= DEFER_ITEMS:
+            self._hand_off([])
 
     def _hold_first_chunks(self) -> bool:
         """Whether the next step is due to admit more than first_chunk_hold_positions prompt positions, counting
@@ -333,16 +350,29 @@ class EngineLoop:
         return self.core.admission_ahead(arriving) > limit
 
     def _hand_off(self, items: list[tuple[Channel, str, Item]]) -> None:
-        """One deliver() per channel for all of `items`; a channel nobody reads loses its requests."""
+        """Hand `items` over now, behind those still in the outbox; a channel nobody reads loses its requests."""
+        self._outbox.extend(items)
+        self._flush()
+        self._drop_unread()
+
+    def _flush(self) -> None:
+        """One deliver() per channel for the whole outbox, in order. It may run while a step is in flight (the step's
+        `while_running`), so it leaves the core alone: a channel that refuses has its requests noted for
+        `_drop_unread`."""
         by_channel: dict[Channel, list[tuple[str, Item]]] = {}
-        for channel, request_id, item in items:
+        for channel, request_id, item in self._outbox:
             by_channel.setdefault(channel, []).append((request_id, item))
+        self._outbox = []
         for channel, batch in by_channel.items():
             if not channel.deliver(batch):
-                for request_id, _ in batch:
-                    self.core.abort(request_id)
-                    self._owners.pop(request_id, None)
-                    self._held.pop(request_id, None)
+                self._unread.extend(request_id for request_id, _ in batch)
+
+    def _drop_unread(self) -> None:
+        for request_id in self._unread:
+            self.core.abort(request_id)
+            self._owners.pop(request_id, None)
+            self._held.pop(request_id, None)
+        self._unread = []
 
     def shut_down(self, error: EngineError) -> None:
         """Refuse new commands; fail queued ones and every open request with `error`."""

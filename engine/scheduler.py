@@ -26,7 +26,7 @@ class Scheduler:
         self.max_num_seqs = config.max_num_seqs
         self.max_model_len = config.max_model_len
         self.max_prefill_tokens = config.max_prefill_tokens
-        self.idle_prefill_tokens = max(config.idle_prefill_tokens, config.max_prefill_tokens)
+        self.idle_prefill_tokens = config.idle_prefill_budget
         self.max_patches = config.max_patches
         self.block_manager = BlockManager(num_kv_blocks, config.kv_block_size)
         self.pacer = pacer  # None: every step may admit max_prefill_tokens

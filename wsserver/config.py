@@ -60,7 +60,7 @@ class ServerConfig:
     max_num_seqs: int = 64  # engine slots: segments generating at once; more wait in the server's FIFO
     max_patches: int = 2000  # absolute cap on patches per segment
     max_prefill_tokens: int = 8192  # prompt positions an engine step admits (EngineConfig)
-    idle_prefill_tokens: int = 16384  # ... a step of an idle engine, nothing decoding (EngineConfig says why)
+    idle_prefill_tokens: int | None = None  # ... a step of an idle engine, nothing decoding (EngineConfig says why)
     # Idle engine: a lone request goes at once; the ones after it, or several arriving together, wait until none arrived
     # for coalesce_ms, at most coalesce_max_ms after the first (EngineConfig, engine.engine_loop). Wider than the
     # engine's own defaults (1, 20): a burst of sessions reaches the engine through the workers' segmenters and IPC,
@@ -206,7 +206,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         "idle-prefill-tokens",
         int,
         defaults.idle_prefill_tokens,
-        "prompt positions a step of an idle engine admits (never fewer than --max-prefill-tokens)",
+        "prompt positions a step of an idle engine admits (never fewer than --max-prefill-tokens; default: 96 per"
+        " engine slot, at least 16384)",
     )
     option("coalesce-ms", float, defaults.coalesce_ms, "idle engine: admit a burst once nothing arrived for this long")
     option("coalesce-max-ms", float, defaults.coalesce_max_ms, "idle engine: the longest a burst's arrivals wait")
@@ -257,7 +258,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         parser.error(f"--lora: {exc}")
     if args.max_prefill_tokens < 1:
         parser.error("--max-prefill-tokens must be >= 1")
-    if args.idle_prefill_tokens < 0:
+    if args.idle_prefill_tokens is not None and args.idle_prefill_tokens < 0:
         parser.error("--idle-prefill-tokens must be >= 0")
     if args.first_chunk_hold_positions < 0:
         parser.error("--first-chunk-hold-positions must be >= 0")

@@ -13,6 +13,7 @@ of KV. A request's prompt takes `num_positions` positions at its first step (pre
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -55,11 +56,12 @@ class ModelRunner(Protocol):
         first use of a shape or size (library choices, allocations), over scratch state only."""
         ...
 
-    def run(self, batch: list[Sequence]) -> StepResult:
+    def run(self, batch: list[Sequence], while_running: Callable[[], None]) -> StepResult:
         """One step over the scheduler's batch: prefill the sequences with `is_prefill` (newly admitted, each with a
         fresh `slot` and `block_table`: reset that slot's state), one patch for every other one. Waits for the
-        device once. A slot that is not in the batch is not touched; finished and aborted requests simply stop
-        appearing (their slot and blocks go to a later admission, which resets them)."""
+        device once, calling `while_running` just before (every piece of device work queued). A slot that is not
+        in the batch is not touched; finished and aborted requests simply stop appearing (their slot and blocks go
+        to a later admission, which resets them)."""
         ...
 
     def encode_audio(self, wav: np.ndarray, padding: str) -> np.ndarray:

@@ -43,7 +43,7 @@ async def ready_status(http_url: str) -> tuple[int, str]:
 
 
 def break_step(engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    def run(batch: object) -> None:
+    def run(batch: object, while_running: object) -> None:
         raise RuntimeError("device lost")
 
     monkeypatch.setattr(engine.core.runner, "run", run)

@@ -87,8 +87,8 @@ async def test_one_hand_off_to_the_loop_per_step(engine, monkeypatch):
         hand_offs.append(1)
         return call_soon_threadsafe(callback, *args)
 
-    def counting_step():
-        chunks = step()
+    def counting_step(**kwargs):
+        chunks = step(**kwargs)
         steps.append(len(chunks))
         return chunks
 
@@ -204,7 +204,7 @@ async def test_engine_failure_fails_open_requests(engine, monkeypatch):
     stream = engine.generate(request("a", max_patches=12))
     await asyncio.wait_for(anext(stream), TIMEOUT)
 
-    def broken(batch):
+    def broken(batch, while_running):
         raise RuntimeError("device lost")
 
     monkeypatch.setattr(engine.core.runner, "run", broken)

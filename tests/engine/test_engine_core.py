@@ -98,8 +98,8 @@ def test_stop_is_honoured_only_after_min_patches(checkpoint, monkeypatch):
     core = EngineCore(engine_config(checkpoint))
     run = core.runner.run
 
-    def always_stop(batch):
-        result = run(batch)
+    def always_stop(batch, while_running):
+        result = run(batch, while_running)
         return StepResult(result.seqs, result.latents, result.samples, [True] * len(batch))
 
     monkeypatch.setattr(core.runner, "run", always_stop)
@@ -208,7 +208,7 @@ def test_step_failure_fails_every_request(checkpoint, monkeypatch):
     core.step()
     core.add_request(make_request("b"))
 
-    def broken(batch):
+    def broken(batch, while_running):
         raise RuntimeError("device lost")
 
     monkeypatch.setattr(core.runner, "run", broken)
@@ -231,9 +231,9 @@ def test_paced_burst_is_fully_admitted_without_running_streams_dry(checkpoint, m
     core = EngineCore(engine_config(checkpoint, max_num_seqs=8, pace_admissions=pace), clock=clock)
     run = core.runner.run
 
-    def timed_run(batch):
+    def timed_run(batch, while_running):
         clock.now += 0.05 + 0.02 * sum(seq.num_prompt for seq in batch if seq.is_prefill)
-        return run(batch)
+        return run(batch, while_running)
 
     monkeypatch.setattr(core.runner, "run", timed_run)
     emitted = defaultdict(list)  # request -> emission time of each chunk

@@ -2,7 +2,9 @@
 (standing in for the loop's own): a first chunk waits for the second while a large admission is due, including
 arrivals submitted but not yet queued; it is handed over in order, unchanged; an abort drops it. A burst window:
 its lead admitted at once, the rest once quiet, an abort never ahead of its request. And the loop on its own thread:
-it trims the heap once per idle spell that follows steps, never while it has work."""
+it trims the heap once per idle spell that follows steps, never while it has work. A large step's chunks: handed over
+while the next step runs (after an abort's end never), the last before the loop waits; a channel that refuses them
+loses its requests after that step, not during it."""
 
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ def _submit(loop: EngineLoop, channel: Recorder, request_id: str, seed: int, max
 def _step(loop: EngineLoop, arrivals: Callable[[], None] = lambda: None) -> None:
     """One turn of the loop: queued commands, a step, then (after `arrivals` submit more) the delivery."""
     loop._run_commands()
-    chunks = loop.core.step()
+    chunks = loop.core.step(while_running=loop._flush)
+    loop._drop_unread()
     arrivals()
     loop._deliver(chunks)
 
@@ -252,7 +255,7 @@ def test_the_runner_warms_up_on_the_loop_thread_before_the_loop_serves(checkpoin
     events: list[tuple[str, str]] = []
     loop.core.runner.warm_up = lambda: events.append(("warm_up", threading.current_thread().name))
     step = loop.core.step
-    loop.core.step = lambda: events.append(("step", threading.current_thread().name)) or step()
+    loop.core.step = lambda **kw: events.append(("step", threading.current_thread().name)) or step(**kw)
     ready = threading.Event()
     thread = threading.Thread(target=loop.run, args=(lambda error: events.append(("ready", "")) or ready.set(),),
                               name="engine-loop")  # fmt: skip
@@ -264,3 +267,82 @@ def test_the_runner_warms_up_on_the_loop_thread_before_the_loop_serves(checkpoin
     finally:
         loop.stop()
         thread.join(10)
+
+
+def test_a_large_steps_chunks_go_while_the_next_step_runs_and_the_last_before_the_loop_waits(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_loop, "DEFER_ITEMS", 1)  # two streams' chunks are a large hand-over
+    loop = _loop(checkpoint, hold=0)
+    events: list[object] = []
+    run = loop.core.runner.run
+
+    def traced(batch: list, while_running: Callable[[], None]) -> object:
+        ours = any(seq.request_id in ("r1", "r2") for seq in batch)  # not the warm-up's
+        events.append("run") if ours else None
+        result = run(batch, while_running)
+        events.append("ran") if ours else None
+        return result
+
+    class Log(Recorder):
+        def deliver(self, items: list[tuple[str, Item]]) -> bool:
+            events.append(sorted((rid, item.index) for rid, item in items if item is not None))
+            return super().deliver(items)
+
+    loop.core.runner.run = traced
+    channel = Log()
+    _submit(loop, channel, "r1", 1)
+    _submit(loop, channel, "r2", 2)  # queued together before the loop starts: one burst, one admission
+    ready = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(lambda error: ready.set(),))
+    thread.start()
+    try:
+        assert ready.wait(60)
+        deadline = time.monotonic() + 60
+        while len(channel.deliveries) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        loop.stop()
+        thread.join(10)
+    first, second, third = ([("r1", i), ("r2", i)] for i in range(3))
+    assert events == ["run", "ran", "run", first, "ran", "run", second, "ran", third]
+    assert channel.chunks("r1")[-1].finish_reason is not None and channel.chunks("r2")[-1].finish_reason is not None
+
+
+def test_an_abort_ends_its_request_behind_its_deferred_chunks(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_loop, "DEFER_ITEMS", 1)
+    loop = _loop(checkpoint, hold=0)
+    channel = Recorder()
+    _submit(loop, channel, "r1", 1)
+    _submit(loop, channel, "r2", 2)
+    _step(loop)
+    assert channel.deliveries == []  # two chunks: they wait for the next step
+    loop.submit(Abort("r1"))
+    _step(loop)
+    assert [[(rid, None if item is None else item.index) for rid, item in batch] for batch in channel.deliveries] == [
+        [("r1", 0), ("r2", 0), ("r1", None)],  # the end goes behind them, in the same hand-over
+        [("r2", 1)],  # one chunk: at once
+    ]
+
+
+def test_a_channel_that_refuses_a_deferred_hand_over_loses_its_requests_after_the_step(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_loop, "DEFER_ITEMS", 1)
+    loop = _loop(checkpoint, hold=0)
+    running_then: list[set[str]] = []
+
+    class Gone(Recorder):
+        def deliver(self, items: list[tuple[str, Item]]) -> bool:
+            running_then.append({seq.request_id for seq in loop.core.scheduler.running})
+            return False
+
+    channel = Gone()
+    _submit(loop, channel, "r1", 1)
+    _submit(loop, channel, "r2", 2)
+    _step(loop)  # deferred
+    _step(loop)  # handed over (refused) while the second step runs: its requests are still stepping then
+    assert running_then == [{"r1", "r2"}]
+    assert loop.core.healthy and not loop.core.has_work() and loop._owners == {} and loop._outbox == []

@@ -127,6 +127,13 @@ def test_the_idle_budget_is_never_below_the_step_budget():
     assert [seq.request_id for seq in long.schedule()] == ["long"]
 
 
+def test_the_default_idle_budget_is_96_positions_a_slot_at_least_16384():
+    assert make_scheduler(idle_prefill_tokens=None, max_num_seqs=64).idle_prefill_tokens == 16384
+    assert make_scheduler(idle_prefill_tokens=None, max_num_seqs=1024).idle_prefill_tokens == 96 * 1024
+    wide = make_scheduler(idle_prefill_tokens=None, max_num_seqs=8, max_prefill_tokens=20_000)
+    assert wide.idle_prefill_tokens == 20_000  # never below the step budget
+
+
 def test_an_idle_engine_admits_past_a_pacing_hold_and_ends_it():
     clock = FakeClock()
     pacer = make_pacer(clock, max_prefill_tokens=16)

@@ -135,7 +135,9 @@ def test_max_prefill_tokens_flag_reaches_the_engine(capsys: pytest.CaptureFixtur
 
 
 def test_idle_prefill_tokens_flag_reaches_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
-    assert parse_args([], {}).engine_config("m", "cpu", ()).idle_prefill_tokens == 16384
+    default = parse_args([], {}).engine_config("m", "cpu", ())
+    assert default.idle_prefill_tokens is None and default.idle_prefill_budget == 16384  # 64 slots: the floor
+    assert parse_args(["--max-num-seqs", "1024"], {}).engine_config("m", "cpu", ()).idle_prefill_budget == 96 * 1024
     assert parse_args(["--idle-prefill-tokens", "0"], {}).engine_config("m", "cpu", ()).idle_prefill_tokens == 0
     with pytest.raises(SystemExit):
         parse_args(["--idle-prefill-tokens", "-1"], {})

@@ -46,6 +46,7 @@ transcript (ICL): voice roles "reference" and "both".
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,7 +227,7 @@ class Qwen3Runner:
         # Eager prefills pad their positions to engine.cuda_graphs' ladder where cuBLAS runs them (see there), up to
         # the longest admission: a step's budget (an idle engine's is the larger), or one prompt alone.
         self.pad_eager_prefill = device.type == "cuda"
-        self.eager_max_tokens = max(config.max_prefill_tokens, config.idle_prefill_tokens, config.max_model_len)
+        self.eager_max_tokens = max(config.idle_prefill_budget, config.max_model_len)
         self.max_num_seqs = rows
         self.graphs: StepGraphs | None = None
         if device.type == "cuda" and not config.enforce_eager:
@@ -547,7 +548,7 @@ class Qwen3Runner:
     # -- one step -----------------------------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def run(self, batch: list[Sequence]) -> StepResult:
+    def run(self, batch: list[Sequence], while_running: Callable[[], None]) -> StepResult:
         admitted = [seq for seq in batch if seq.is_prefill]
         if admitted:
             self._admit(admitted)
@@ -559,6 +560,7 @@ class Qwen3Runner:
         # A fresh pinned buffer (the host allocator caches them): the chunks handed out keep views of it.
         host = torch.empty((rows, self.packed_width), pin_memory=cuda)
         host.copy_(self._step(inputs)[:rows], non_blocking=True)
+        while_running()
         if cuda:
             torch.cuda.current_stream(self.device).synchronize()
         packed = host.numpy()

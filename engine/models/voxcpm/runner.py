@@ -204,7 +204,7 @@ class VoxCPMRunner:
         # Eager prefills pad their positions to engine.cuda_graphs' ladder where cuBLAS runs them (see there), up to
         # the longest admission: a step's budget (an idle engine's is the larger), or one prompt alone.
         self.pad_eager_prefill = self.device.type == "cuda"
-        self.eager_max_tokens = max(config.max_prefill_tokens, config.idle_prefill_tokens, config.max_model_len)
+        self.eager_max_tokens = max(config.idle_prefill_budget, config.max_model_len)
         self.graphs: StepGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager:
             self.graphs = self._capture_graphs(config.max_num_seqs, config.prefill_graph_tokens)
@@ -403,9 +403,10 @@ class VoxCPMRunner:
     # one step
 
     @torch.inference_mode()
-    def run(self, batch: list[Sequence]) -> StepResult:
+    def run(self, batch: list[Sequence], while_running: Callable[[], None]) -> StepResult:
         """One step: the running streams decode, the admitted requests prefill, each part through head, Euler
-        iterations and finish (graphed when there are graphs); one device->host copy per part, one wait."""
+        iterations and finish (graphed when there are graphs); one device->host copy per part, one wait, with
+        `while_running` called before it."""
         decodes = most_steps_first([seq for seq in batch if not seq.is_prefill])
         prefills = most_steps_first([seq for seq in batch if seq.is_prefill])
         seqs = decodes + prefills
@@ -419,6 +420,7 @@ class VoxCPMRunner:
             self._admit(prefills)
             self._prefill(prefills)
             self._solve(prefills, host[len(decodes) :])
+        while_running()
         if cuda:
             torch.cuda.current_stream(self.device).synchronize()
         host_np = host.numpy()
