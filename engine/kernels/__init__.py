@@ -16,6 +16,8 @@ Two more replace library kernels that the profile showed are badly matched to ou
 `causal_conv_transpose` keeps cuDNN's transposed conv but runs it on the block's input alone, adding the carried
 frame's part of the first samples afterwards (a small GEMM): concatenating the frame copied each VAE block's input
 (~2 ms of a B=512 VoxCPM2 step on an H100).
+The passes that finish a VAE tensor (the upsampling's bias, a residual unit's bias + residual) apply the next Snake
+too (`pointwise_residual_snake`, `causal_conv_transpose_snake`): the Snake no longer reads that tensor once more.
 
 Qwen3-TTS adds four (the code predictor's 15 passes a frame were bound by kernel count, its codec decoder by
 elementwise passes): `qk_norm_rope`, `cached_attention`, `snake_beta` and `counter_uniform` (engine.noise's hash).
@@ -267,6 +269,25 @@ def pointwise_residual_torch(
     return residual + F.conv1d(h, weight, bias)
 
 
+# The next layer's Snake, which the pass before it applies: (alpha, channel affine), as snake() takes them.
+NextSnake = tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]
+
+
+def pointwise_residual_snake_torch(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor,
+    alpha: torch.Tensor,
+    affine: tuple[torch.Tensor, torch.Tensor] | None = None,
+    keep: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """(y, snake_torch(y, alpha, affine)) for y = pointwise_residual_torch(...): a residual unit's end and the next
+    layer's Snake of it; y is None unless `keep` (the next layer reads only the Snake's output)."""
+    y = pointwise_residual_torch(h, weight, bias, residual)
+    return (y if keep else None), snake_torch(y, alpha, affine)
+
+
 def conv_transpose_crop_torch(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int, left: int, right: int
 ) -> torch.Tensor:
@@ -281,6 +302,20 @@ def causal_conv_transpose_torch(
     """The streaming VAE's upsampling conv (weight [Cin, Cout, 2 * stride]) over [context | x], context [B, Cin, 1]
     the previous call's last frame: the `stride` samples of each frame of x, [B, Cout, L * stride]."""
     return conv_transpose_crop_torch(torch.cat((context, x), dim=-1), weight, bias, stride, stride, stride)
+
+
+def causal_conv_transpose_snake_torch(
+    x: torch.Tensor,
+    context: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: int,
+    alpha: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, snake_torch(y, alpha)) for y = causal_conv_transpose_torch(...): a VAE block's upsampling and its first
+    residual unit's first Snake."""
+    y = causal_conv_transpose_torch(x, context, weight, bias, stride)
+    return y, snake_torch(y, alpha)
 
 
 def guided_euler_torch_(
@@ -542,6 +577,24 @@ def pointwise_residual(
     return pointwise_residual_torch(h, weight, bias, residual)
 
 
+def pointwise_residual_snake(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor,
+    alpha: torch.Tensor,
+    affine: tuple[torch.Tensor, torch.Tensor] | None = None,
+    keep: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """See pointwise_residual_snake_torch. On CUDA the pass that adds bias and residual also writes the Snake of its
+    result (of the rounded output, as a separate Snake would load it), instead of the Snake reading it once more."""
+    if _fused(h):
+        from engine.kernels import triton_ops
+
+        return triton_ops.pointwise_residual_snake(h, weight, bias, residual, alpha, affine, keep)
+    return pointwise_residual_snake_torch(h, weight, bias, residual, alpha, affine, keep)
+
+
 def cached_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -664,3 +717,19 @@ def causal_conv_snake(
 
         return triton_ops.causal_conv_snake(x, context, weight, bias, dilation, alpha)
     return causal_conv_snake_torch(x, context, weight, bias, dilation, alpha)
+
+
+def causal_conv_transpose_snake(
+    x: torch.Tensor,
+    context: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: int,
+    alpha: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """See causal_conv_transpose_snake_torch; on CUDA the bias pass writes the Snake of its result too."""
+    if _fused(x):
+        from engine.kernels import triton_ops
+
+        return triton_ops.causal_conv_transpose_snake(x, context, weight, bias, stride, alpha)
+    return causal_conv_transpose_snake_torch(x, context, weight, bias, stride, alpha)

@@ -21,13 +21,16 @@ from engine.kernels import (
     FP8_MIN_AMAX,
     MAX_TINY_SEQ,
     LoRARows,
+    NextSnake,
     cached_attention_torch,
     causal_conv_snake_torch,
     causal_conv_torch,
+    causal_conv_transpose_snake_torch,
     conv_transpose_crop_torch,
     dense_attention_torch,
     guided_euler_torch_,
     lora_add_torch,
+    pointwise_residual_snake_torch,
     pointwise_residual_torch,
     qk_norm_rope_torch,
     quantize_rows_torch,
@@ -810,15 +813,19 @@ def counter_uniform(seeds: torch.Tensor, steps: torch.Tensor, count: int) -> tor
     return out
 
 
-# -- A conv's bias (and the residual add after it) in one pass, in place on its output -----------------------------
+# -- A conv's bias (and the residual add after it) in one pass, in place on its output, and the next Snake ----------
+# The VAE's Snakes each read a conv's output once more: the pass that finishes that output (its bias, a residual unit's
+# residual add) applies the next layer's Snake too and writes it beside the output (or instead of it, where only the
+# Snake's output is read on: the end of a decoder block, whose output goes to the next block's first Snake alone).
 
 
 @triton.jit(do_not_specialize=["n_rows", "length", "channels", "y_sb", "y_sc", "r_sb", "r_sc"])
 def _bias_residual_kernel(
-    y_ptr, bias_ptr, res_ptr, n_rows, length, channels, y_sb, y_sc, r_sb, r_sc,
-    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+    y_ptr, bias_ptr, res_ptr, s_ptr, alpha_ptr, scale_ptr, shift_ptr, n_rows, length, channels, y_sb, y_sc, r_sb, r_sc,
+    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, KEEP: tl.constexpr, SNAKE: tl.constexpr,
+    AFFINE: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    b, c, t, mask, _ = _row_tile(n_rows, length, channels, ROWS, BLOCK)
+    b, c, t, mask, out_at = _row_tile(n_rows, length, channels, ROWS, BLOCK)
     y_at = y_ptr + (b * y_sb + c * y_sc)[:, None] + t[None, :]
     y = tl.load(y_at, mask=mask, other=0.0)
     if HAS_BIAS:  # torch's conv bias add_, rounded
@@ -826,25 +833,55 @@ def _bias_residual_kernel(
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + (b * r_sb + c * r_sc)[:, None] + t[None, :], mask=mask, other=0.0)
         y = (r.to(tl.float32) + y.to(tl.float32)).to(y_ptr.dtype.element_ty)
-    tl.store(y_at, y, mask=mask)
+    if KEEP:
+        tl.store(y_at, y, mask=mask)
+    if SNAKE:  # of the rounded output, as _snake_kernel would load it
+        v = y.to(tl.float32)
+        if AFFINE:
+            v = v * tl.load(scale_ptr + c).to(tl.float32)[:, None] + tl.load(shift_ptr + c).to(tl.float32)[:, None]
+        alpha = tl.load(alpha_ptr + c).to(tl.float32)[:, None]
+        tl.store(s_ptr + out_at, _snake(v, alpha).to(s_ptr.dtype.element_ty), mask=mask)
 
 
-def _bias_residual_(y: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None) -> None:
-    """y [B, C, L] (time stride 1) += bias[:, None] (rounded), then residual + y, in place."""
+def _fits(snake: NextSnake | None, y: torch.Tensor) -> bool:
+    return snake is None or all(_per_channel(p, y) for p in (snake[0], *(snake[1] or ())))
+
+
+def _bias_residual_(
+    y: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    snake: NextSnake | None = None,
+    keep: bool = True,
+) -> torch.Tensor | None:
+    """y [B, C, L] (time stride 1) += bias[:, None] (rounded), then residual + y, in place (unless not `keep`); with
+    `snake`, returns snake(y, *snake) (contiguous) from the same pass."""
     batch, channels, length = y.shape
+    out = torch.empty(y.shape, dtype=y.dtype, device=y.device) if snake is not None else None
     if y.numel():
         grid, rows, block = _row_tiles(batch * channels, length)
         r = residual if residual is not None else y  # unread without a residual
+        alpha, affine = snake if snake is not None else (y, None)  # unread without a Snake
+        scale, shift = (p.contiguous() for p in affine) if affine is not None else (y, y)
         _bias_residual_kernel[grid](
-            y, bias if bias is not None else y, r, batch * channels, length, channels,
-            y.stride(0), y.stride(1), r.stride(0), r.stride(1),
-            HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, ROWS=rows, BLOCK=block, num_warps=4,
+            y, bias if bias is not None else y, r, out if out is not None else y, alpha.contiguous(), scale, shift,
+            batch * channels, length, channels, y.stride(0), y.stride(1), r.stride(0), r.stride(1),
+            HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, KEEP=keep, SNAKE=snake is not None,
+            AFFINE=affine is not None, ROWS=rows, BLOCK=block, num_warps=4,
         )  # fmt: skip
+    return out
 
 
-def pointwise_residual(
-    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor
-) -> torch.Tensor:
+def _pointwise(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor,
+    snake: NextSnake | None,
+    keep: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+    """(output, its Snake) of a residual unit's pointwise conv + bias + residual, or None where the kernel does not
+    fit (the twin's cases)."""
     batch, _, length = h.shape
     channels = weight.shape[0]
     ok = (
@@ -853,14 +890,40 @@ def pointwise_residual(
         and residual.shape == (batch, channels, length)
         and residual.stride(-1) == 1
         and all(t.dtype == h.dtype for t in (weight, residual, *([bias] if bias is not None else [])))
+        and _fits(snake, residual)
     )
     if not ok:
-        return pointwise_residual_torch(h, weight, bias, residual)
+        return None
     y = F.conv1d(h, weight)
     if y.stride(-1) != 1:
         y = y.contiguous()
-    _bias_residual_(y, bias, residual)
-    return y
+    activated = _bias_residual_(y, bias, residual, snake, keep)
+    return (y if keep else None), activated
+
+
+def pointwise_residual(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor
+) -> torch.Tensor:
+    done = _pointwise(h, weight, bias, residual, None, True)
+    if done is None:
+        return pointwise_residual_torch(h, weight, bias, residual)
+    assert done[0] is not None
+    return done[0]
+
+
+def pointwise_residual_snake(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor,
+    alpha: torch.Tensor,
+    affine: tuple[torch.Tensor, torch.Tensor] | None,
+    keep: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    done = _pointwise(h, weight, bias, residual, (alpha, affine), keep)
+    if done is None or done[1] is None:
+        return pointwise_residual_snake_torch(h, weight, bias, residual, alpha, affine, keep)
+    return done[0], done[1]
 
 
 def conv_transpose_crop(
@@ -877,13 +940,18 @@ def conv_transpose_crop(
     return y
 
 
-def causal_conv_transpose(
-    x: torch.Tensor, context: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int
-) -> torch.Tensor:
+def _causal_transpose(
+    x: torch.Tensor,
+    context: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: int,
+    snake: NextSnake | None,
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """cuDNN's transposed conv of x alone, then the context frame's part of the first `stride` samples (one small
     GEMM) added in place: the concatenation of the context, a misaligned copy of the whole input (the VAE's six
     took ~2 ms of a 512-stream VoxCPM2 step on an H100), is gone. Those samples round twice (the conv's output,
-    then the sum)."""
+    then the sum). None where the kernel does not fit."""
     batch, cin, length = x.shape
     cout = weight.shape[1]
     ok = (
@@ -891,18 +959,42 @@ def causal_conv_transpose(
         and context.shape == (batch, cin, 1)
         and length > 0
         and all(t.dtype == x.dtype for t in (context, weight, *([bias] if bias is not None else [])))
+        and (snake is None or all(t.numel() == cout and t.dtype == x.dtype for t in (snake[0], *(snake[1] or ()))))
     )
     if not ok:
-        return conv_transpose_crop(torch.cat((context, x), dim=-1), weight, bias, stride, stride, stride)
+        return None
     y = F.conv_transpose1d(x, weight, None, stride)  # [B, Cout, (L + 1) * stride]: x[-1] taken as 0
     if y.stride(-1) != 1:
         y = y.contiguous()
     y = y[..., : length * stride]
     earlier = torch.matmul(context[..., 0], weight[..., stride:].reshape(cin, cout * stride))
     y[..., :stride] += earlier.view(batch, cout, stride)
-    if bias is not None:
-        _bias_residual_(y, bias, None)
-    return y
+    # Without a bias y is final already: the pass then only writes the Snake.
+    activated = _bias_residual_(y, bias, None, snake, keep=bias is not None) if bias is not None or snake else None
+    return y, activated
+
+
+def causal_conv_transpose(
+    x: torch.Tensor, context: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: int
+) -> torch.Tensor:
+    done = _causal_transpose(x, context, weight, bias, stride, None)
+    if done is None:
+        return conv_transpose_crop(torch.cat((context, x), dim=-1), weight, bias, stride, stride, stride)
+    return done[0]
+
+
+def causal_conv_transpose_snake(
+    x: torch.Tensor,
+    context: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: int,
+    alpha: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    done = _causal_transpose(x, context, weight, bias, stride, (alpha, None))
+    if done is None or done[1] is None:
+        return causal_conv_transpose_snake_torch(x, context, weight, bias, stride, alpha)
+    return done[0], done[1]
 
 
 @triton.jit(do_not_specialize=["n_rows", "length", "channels", "x_sb", "x_sc", "c_sb", "c_sc"])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine import kernels
+from engine.kernels import NextSnake
 from engine.models.voxcpm.state_dict import mismatches
 
 # Reference defaults (voxcpm 2.0.3: modules/audiovae/audio_vae.py AudioVAEConfig, audio_vae_v2.py AudioVAEConfig).
@@ -259,6 +261,15 @@ class CausalConvTranspose1d(WeightNormConv):
             )
         return kernels.conv_transpose_crop(x, self.conv_weight(), self.bias, self.stride, 0, self.trim)
 
+    def forward_snake(self, x: Tensor, stream: StreamState | None, alpha: Tensor) -> tuple[Tensor, Tensor]:
+        """(output, its Snake with ``alpha``): the Snake comes from the pass that adds the bias when streaming."""
+        if stream is not None:
+            return kernels.causal_conv_transpose_snake(
+                x, self.left_context(x, stream), self.conv_weight(), self.bias, self.stride, alpha
+            )
+        y = self(x)
+        return y, kernels.snake(y, alpha)
+
 
 class Snake1d(nn.Module):
     def __init__(self, channels: int) -> None:
@@ -321,26 +332,75 @@ class ResidualUnit(_Block):
         )
 
     def forward(self, x: Tensor, stream: StreamState | None = None) -> Tensor:
-        snake_in, conv, snake_out, pointwise = self.block
-        h = snake_in(x)
-        context = conv.left_context(h, stream)
-        h = kernels.causal_conv_snake(h, context, conv.conv_weight(), conv.bias, conv.dilation, snake_out.alpha)
+        return self.from_activated(x, self.block[0](x), stream)
+
+    def from_activated(self, x: Tensor, activated: Tensor, stream: StreamState | None) -> Tensor:
+        """The unit over x, whose first Snake's output ``activated`` is."""
+        h = self._branch(activated, stream)
+        _, _, _, pointwise = self.block
         return kernels.pointwise_residual(h, pointwise.conv_weight(), pointwise.bias, x)  # k=1: no causal context
+
+    @property
+    def alpha(self) -> Tensor:
+        """The first Snake's: a decoder block has the layer before the unit apply it (``forward_snake``)."""
+        return self.block[0].alpha
+
+    def forward_snake(
+        self, x: Tensor, activated: Tensor, stream: StreamState | None, then: NextSnake, keep: bool
+    ) -> tuple[Tensor | None, Tensor]:
+        """``from_activated``, and ``then`` = (alpha, affine), the next layer's Snake, applied by the unit's last pass:
+        (the output, or None unless ``keep``; the next Snake's output)."""
+        h = self._branch(activated, stream)
+        _, _, _, pointwise = self.block
+        alpha, affine = then
+        return kernels.pointwise_residual_snake(h, pointwise.conv_weight(), pointwise.bias, x, alpha, affine, keep)
+
+    def _branch(self, activated: Tensor, stream: StreamState | None) -> Tensor:
+        _, conv, snake_out, _ = self.block
+        context = conv.left_context(activated, stream)
+        return kernels.causal_conv_snake(
+            activated, context, conv.conv_weight(), conv.bias, conv.dilation, snake_out.alpha
+        )
 
 
 class DecoderBlock(_Block):
     """Snake, upsampling transposed conv, (noise,) residual units. ``affine`` (scale, shift) is a per-channel
     affine map of the input (the sample-rate conditioning before the block) that the first Snake applies as it
-    loads x, instead of two extra passes over the block's input."""
+    loads x, instead of two extra passes over the block's input.
+
+    Every Snake after the first is applied by the pass that finishes the tensor it reads (the upsampling's bias, a
+    unit's bias + residual; ``kernels.pointwise_residual_snake``), not by a pass of its own. With ``then``, the next
+    layer's first Snake (a block's, or the decoder's last), the last unit applies that one too and the block returns
+    its output rather than its own, which nothing else reads; ``activated``: x is this block's first Snake's output
+    already (the block before applied it)."""
 
     def forward(
-        self, x: Tensor, stream: StreamState | None = None, affine: tuple[Tensor, Tensor] | None = None
+        self,
+        x: Tensor,
+        stream: StreamState | None = None,
+        affine: tuple[Tensor, Tensor] | None = None,
+        then: NextSnake | None = None,
+        activated: bool = False,
     ) -> Tensor:
-        snake, *rest = self.block
-        x = kernels.snake(x, snake.alpha, affine)
-        for layer in rest:
-            x = layer(x, stream)
-        return x
+        snake, upsample, *rest = self.block
+        units = [layer for layer in rest if isinstance(layer, ResidualUnit)]
+        noise = rest[: len(rest) - len(units)]  # a noise block (off in every release): the first unit's Snake apart
+        if not activated:
+            x = kernels.snake(x, snake.alpha, affine)
+        if noise:
+            x = upsample(x, stream)
+            for layer in noise:
+                x = layer(x, stream)
+            act = kernels.snake(x, units[0].alpha)
+        else:
+            x, act = upsample.forward_snake(x, stream, units[0].alpha)
+        for unit, following in pairwise(units):
+            y, act = unit.forward_snake(x, act, stream, (following.alpha, None), keep=True)
+            assert y is not None
+            x = y
+        if then is None:
+            return units[-1].from_activated(x, act, stream)
+        return units[-1].forward_snake(x, act, stream, then, keep=False)[1]
 
 
 def _residual_units(dim: int, groups: int) -> list[nn.Module]:
@@ -461,18 +521,41 @@ class CausalDecoder(nn.Module):
         self.state_size = offset
 
     def forward(self, z: Tensor, stream: StreamState | None = None) -> Tensor:
-        if self.sr_cond_model is None:
-            return torch.tanh(self.model(z, stream))
-        # bucketize(out_sample_rate, boundaries) (right=False) without a host round trip, so it can be graph-captured.
-        bucket = (self.sr_bin_boundaries < self.out_sample_rate).sum(0, keepdim=True)
-        x = z
-        for layer, cond in zip(self.model, self.sr_cond_model, strict=True):
-            # The released conditioning (a channel affine) is applied by the block's first Snake.
-            affine = None if cond is None else cond.channel_affine(bucket)
+        layers = list(self.model)
+        conds: list[nn.Module | None] = [None] * len(layers)
+        bucket = None
+        if self.sr_cond_model is not None:
+            # bucketize(out_sample_rate, boundaries) (right=False) without a host round trip, so it can be captured.
+            bucket = (self.sr_bin_boundaries < self.out_sample_rate).sum(0, keepdim=True)
+            conds = list(self.sr_cond_model)
+        # The released conditioning (a channel affine) is applied by the block's first Snake.
+        affines = [None if cond is None else cond.channel_affine(bucket) for cond in conds]
+        x, activated = z, False  # activated: x went through the next layer's first Snake already
+        for i, (layer, cond, affine) in enumerate(zip(layers, conds, affines, strict=True)):
             if cond is not None and affine is None:
                 x = cond(x, bucket, stream)
-            x = layer(x, stream) if affine is None else layer(x, stream, affine)
+            if isinstance(layer, DecoderBlock):
+                then = self._next_snake(layers, conds, affines, i + 1)
+                x = layer(x, stream, affine, then, activated)
+                activated = then is not None
+            elif not activated:
+                x = layer(x, stream) if affine is None else layer(x, stream, affine)
+            else:  # the last Snake, which the last block applied
+                activated = False
         return torch.tanh(x)
+
+    @staticmethod
+    def _next_snake(
+        layers: list[nn.Module], conds: list[nn.Module | None], affines: list[tuple[Tensor, Tensor] | None], i: int
+    ) -> NextSnake | None:
+        """The first Snake of layer i (alpha, affine) when the layer before can apply it: a block's, or the last
+        Snake; not across a conditioning other than a channel affine."""
+        if i >= len(layers) or (conds[i] is not None and affines[i] is None):
+            return None
+        layer = layers[i]
+        if isinstance(layer, DecoderBlock):
+            return layer.block[0].alpha, affines[i]
+        return (layer.alpha, None) if isinstance(layer, Snake1d) else None
 
 
 class AudioVAE(nn.Module):

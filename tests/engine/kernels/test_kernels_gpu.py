@@ -199,6 +199,49 @@ def test_pointwise_residual(dtype: torch.dtype, bias: bool, batch: int, cin: int
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize(("keep", "affine"), [(True, False), (False, False), (False, True)])
+@pytest.mark.parametrize(("batch", "channels", "length"), [(2, 1024, 32), (5, 32, 7680), (1, 8, 3)])
+def test_pointwise_residual_snake(dtype: torch.dtype, keep: bool, affine: bool, batch: int, channels: int, length: int):
+    """A residual unit's end with the next layer's Snake in the same pass: the output the twin's bits exactly (when
+    kept), the Snake the Snake kernel's of that output (fp32 math), as close to the twin's as that kernel is."""
+    h = torch.randn(batch, channels, length, device="cuda", dtype=dtype)
+    weight = torch.randn(channels, channels, 1, device="cuda", dtype=dtype) / channels**0.5
+    b = torch.randn(channels, device="cuda", dtype=dtype)
+    residual = torch.randn(batch, channels, length + 9, device="cuda", dtype=dtype)[..., 3:-6] * 2
+    alpha = torch.rand(1, channels, 1, device="cuda", dtype=dtype) + 0.3
+    channel_affine = None
+    if affine:
+        scale = torch.rand(1, channels, 1, device="cuda", dtype=dtype) + 0.5
+        channel_affine = (scale, torch.randn(1, channels, 1, device="cuda", dtype=dtype))
+    y, act = triton_ops.pointwise_residual_snake(h, weight, b, residual, alpha, channel_affine, keep)
+    twin_y, twin_act = kernels.pointwise_residual_snake_torch(h, weight, b, residual, alpha, channel_affine, keep)
+    assert (y is None) == (twin_y is None) == (not keep)
+    if keep:
+        assert torch.equal(y, twin_y)
+    assert act.is_contiguous() and act.shape == (batch, channels, length)
+    # The Snake kernel's own result for the same rounded output (one pass or two: the same arithmetic).
+    plain = kernels.pointwise_residual_torch(h, weight, b, residual)
+    assert _rel(act, triton_ops.snake(plain, alpha, channel_affine)) < 1e-4
+    assert _rel(act, twin_act) < 2e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("cin", "cout", "stride", "length"), [(256, 128, 2, 960), (512, 256, 5, 192), (6, 3, 7, 2)])
+def test_causal_conv_transpose_snake(dtype: torch.dtype, bias: bool, cin: int, cout: int, stride: int, length: int):
+    """The streaming upsampling conv with its first residual unit's Snake from the bias pass: the output exactly the
+    kernel's without it, the Snake the Snake kernel's of that output."""
+    x = torch.randn(3, cin, length, device="cuda", dtype=dtype)
+    context = torch.randn(3, cin + 10, device="cuda", dtype=dtype)[:, 10:].view(3, cin, 1)
+    weight = torch.randn(cin, cout, 2 * stride, device="cuda", dtype=dtype) / (2 * cin) ** 0.5
+    b = torch.randn(cout, device="cuda", dtype=dtype) if bias else None
+    alpha = torch.rand(1, cout, 1, device="cuda", dtype=dtype) + 0.3
+    y, act = triton_ops.causal_conv_transpose_snake(x, context, weight, b, stride, alpha)
+    plain = triton_ops.causal_conv_transpose(x, context, weight, b, stride)
+    assert torch.equal(y, plain) and _rel(act, triton_ops.snake(plain, alpha)) < 1e-4
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize(("cin", "cout", "stride", "length"), [(2048, 1024, 8, 5), (64, 32, 2, 3841), (6, 3, 7, 2)])
 def test_conv_transpose_crop(dtype: torch.dtype, bias: bool, cin: int, cout: int, stride: int, length: int) -> None:
