@@ -52,8 +52,9 @@ logger = logging.getLogger(__name__)
 HEAP_TRIM_IDLE_S = 1.0  # idle this long after a step before the heap is trimmed: a trim can take tens of ms
 # A step's chunks for more requests than this wait for the next step's device work to be queued before they are handed
 # over: their consumers' Python work (an event loop's, the writer threads') would otherwise contend for the GIL with
-# the host's part of the next step while the device waits for it (on an H200, a B=1,024 VoxCPM2 step took 177 ms under
-# bench_engine's consumers against 168 without). A few go at once: one stream's next audio waits for nothing.
+# the host's part of the next step while the device waits for it (on an H200, a B=1,024 VoxCPM2 step took 175-177 ms
+# under bench_engine's consumers, 168 without, 169.5-170 with this). A few go at once: one stream's next audio waits
+# for nothing.
 DEFER_ITEMS = 32
 
 # What a channel delivers for one request: a chunk, None (cancelled), or the error that ends it.
