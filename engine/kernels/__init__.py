@@ -24,7 +24,8 @@ elementwise passes): `qk_norm_rope`, `cached_attention`, `snake_beta` and `count
 
 FP8 (opt-in, `EngineConfig.fp8_gemms`): `quantize_rows` and `silu_mul_fp8` write the per-row scaled e4m3 inputs that
 `fp8_linear`'s GEMM (torch._scaled_mm, rowwise scales) reads; the SiLU*mul one saves the down projection's input a
-bf16 round trip through memory. `fp8_block_mlp` goes further for an MLP whose down projection holds 128x128
+bf16 round trip through memory, and `rope_attention` (RoPE, a local stack's attention and its kept positions in one
+kernel) writes o_proj's rows scaled by a bound it knows before the output exists (`bounded_fp8_rows_torch`). `fp8_block_mlp` goes further for an MLP whose down projection holds 128x128
 block-scaled weights: the gate/up GEMM itself applies SiLU*mul and quantises per 1x128 block in its epilogue, so
 neither the gate/up output nor a SiLU*mul pass goes through memory, and cuBLAS's block-scaled GEMM reads its output
 (LocDiT MLP at B=512 on an H200: 0.300 ms a call against 0.317 for the three kernels before).
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -239,6 +240,37 @@ def dense_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sca
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale, enable_gqa=True
     )
     return out.transpose(1, 2)
+
+
+def rope_attention_torch(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    scale: float,
+    keep: int,
+    fp8: bool,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """A local stack's attention as its o_proj reads it: rope_torch on q [B, S, H, D] and k [B, S, Hkv, D] (cos/sin
+    [S, 1, D]), dense_attention_torch with v, each row's last `keep` positions as [B, keep, H * D] in q's dtype; with
+    `fp8`, those quantised by bounded_fp8_rows_torch."""
+    out = dense_attention_torch(rope_torch(q, cos, sin), rope_torch(k, cos, sin), v, scale)[:, -keep:]
+    out = out.reshape(*out.shape[:2], -1)
+    return bounded_fp8_rows_torch(out, v) if fp8 else out
+
+
+def bounded_fp8_rows_torch(out: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention output out [B, keep, F] as e4m3 rows for an Fp8Linear, each row b's positions sharing one scale
+    from its values v [B, S, Hkv, D]: every output is a convex combination of the row's values, so max |v| bounds
+    them all (the few ulps that P's rounding adds are clamped off). Unlike the output's own amax (quantize_rows) the
+    bound is known before the output is, so the kernel that makes the output writes it as e4m3 at once. e4m3 keeps
+    its three mantissa bits down to 2^-15 of the bound; below that the looser scale loses precision, where the
+    values are too small to matter. -> (e4m3 [B, keep, F], fp32 scale [B, keep, 1])."""
+    bound = v.float().abs().amax(dim=(1, 2, 3))
+    row_scale = (bound.clamp(min=FP8_MIN_AMAX) * (1 / FP8_MAX))[:, None, None]
+    q = (out.float() * (1 / row_scale)).clamp(-FP8_MAX, FP8_MAX).to(FP8)  # one division a row, as the kernel
+    return q, row_scale.expand(*out.shape[:2], 1).contiguous()
 
 
 def causal_conv_torch(
@@ -621,6 +653,33 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
 
         return triton_ops.dense_attention(q, k, v, scale)
     return dense_attention_torch(q, k, v, scale)
+
+
+def rope_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    rope: tuple[torch.Tensor, torch.Tensor] | None,
+    scale: float,
+    keep: int,
+    fp8: bool,
+    dense: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor],
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """A local stack's attention as its o_proj reads it (see rope_attention_torch; `rope` (cos, sin) or None). On the
+    GPU one Triton kernel rotates q and k as it loads them and writes the kept positions' output, as e4m3 rows with
+    `fp8`, where RoPE, the attention and quantising took three passes (on grids too small for it to pay, see
+    triton_ops.rope_attention_pays, it runs for FP8 rows only). Elsewhere RoPE, then `dense` (the stack's attention
+    backend), then bounded_fp8_rows_torch with `fp8`."""
+    if rope is not None and _fused(q):
+        from engine.kernels import triton_ops
+
+        if triton_ops.rope_attention_fits(q, k, v, *rope) and (fp8 or triton_ops.rope_attention_pays(q, k)):
+            return triton_ops.rope_attention(q, k, v, *rope, scale, keep, fp8)
+    if rope is not None:
+        q, k = rope_qk(q, k, *rope)
+    out = dense(q, k, v, scale)[:, -keep:]
+    out = out.reshape(*out.shape[:2], -1)
+    return bounded_fp8_rows_torch(out, v) if fp8 else out
 
 
 def conv_transpose_crop(

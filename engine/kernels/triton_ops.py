@@ -386,6 +386,7 @@ def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, gated: bool = False) 
 
 _FP8_MAX = tl.constexpr(FP8_MAX)  # a jitted function reads module globals only as constexprs
 _FP8_MIN_AMAX = tl.constexpr(FP8_MIN_AMAX)
+_FP8_INVERSE_MAX = tl.constexpr(1 / FP8_MAX)
 
 
 @triton.jit
@@ -1211,13 +1212,129 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch:
         seq_p = max(16, triton.next_power_of_2(seq))
-        tile = group * seq_p * dim
-        warps = 4 if tile <= 128 * 64 or (tile <= 128 * 128 and batch * kv_heads >= MANY_PROGRAMS) else 8
+        warps = _attention_warps(group * seq_p * dim, batch * kv_heads)
         _dense_attention_kernel[(batch, kv_heads)](
             q, k, v, out, scale, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             S=seq, S_P=seq_p, H=heads, G=group, D=dim, num_warps=warps,
         )  # fmt: skip
     return out
+
+
+def _attention_warps(tile: int, programs: int) -> int:
+    """Warps of the tiny-row attention kernels for a [G * S_P, D] tile of `tile` elements."""
+    return 4 if tile <= 128 * 64 or (tile <= 128 * 128 and programs >= MANY_PROGRAMS) else 8
+
+
+@triton.jit
+def _rotated(base, pos, ok, cos_ptr, sin_ptr, D: tl.constexpr):
+    """Heads at base[i] [rows, D] (positions pos[i]) rotated as rope_torch rotates them (fp32, rounded back to the
+    input dtype, as rope_qk stores them), as (first halves, second halves) [rows, D / 2]; rows not `ok` are zeros."""
+    half = tl.arange(0, D // 2)[None, :]
+    at = pos[:, None] * D + half
+    x1 = tl.load(base + half, mask=ok, other=0.0)
+    x2 = tl.load(base + D // 2 + half, mask=ok, other=0.0)
+    cos1 = tl.load(cos_ptr + at, mask=ok, other=0.0).to(tl.float32)
+    cos2 = tl.load(cos_ptr + at + D // 2, mask=ok, other=0.0).to(tl.float32)
+    sin1 = tl.load(sin_ptr + at, mask=ok, other=0.0).to(tl.float32)
+    sin2 = tl.load(sin_ptr + at + D // 2, mask=ok, other=0.0).to(tl.float32)
+    x1f, x2f = x1.to(tl.float32), x2.to(tl.float32)
+    return (x1f * cos1 - x2f * sin1).to(x1.dtype), (x2f * cos2 + x1f * sin2).to(x1.dtype)
+
+
+@triton.jit(do_not_specialize=["q_sb", "q_ss", "k_sb", "k_ss", "v_sb", "v_ss"])
+def _rope_attention_kernel(
+    q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, o_ptr, s_ptr, scale, q_sb, q_ss, k_sb, k_ss, v_sb, v_ss,
+    S: tl.constexpr, S_P: tl.constexpr, KEEP: tl.constexpr, H: tl.constexpr, HKV: tl.constexpr,
+    HKV_P: tl.constexpr, G: tl.constexpr, D: tl.constexpr, FP8: tl.constexpr,
+):  # fmt: skip
+    """_dense_attention_kernel's tiles (one program per (row, kv head): its G query heads x S positions against the
+    head's keys and values), q and k rotated as they are loaded, and only the row's last KEEP positions written, as
+    rows b * KEEP + i of o [B * KEEP, H * D]: in the input dtype, or with FP8 as e4m3 scaled by the row's bound
+    (s [B * KEEP]; bounded_fp8_rows_torch, whose IEEE roundings these repeat), which is known before any output
+    is."""
+    b = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1)
+    m = tl.arange(0, G * S_P)
+    pos, head = m % S_P, kv_head * G + m // S_P
+    j = tl.arange(0, S_P)
+    d = tl.arange(0, D)[None, :]
+    q_ok, kv_ok = (pos < S)[:, None], (j < S)[:, None]
+    q_at = q_ptr + b * q_sb + pos[:, None] * q_ss + head[:, None] * D
+    k_at = k_ptr + b * k_sb + j[:, None] * k_ss + kv_head * D
+    v = tl.load(v_ptr + b * v_sb + j[:, None] * v_ss + kv_head * D + d, mask=kv_ok, other=0.0)
+    q1, q2 = _rotated(q_at, pos, q_ok, cos_ptr, sin_ptr, D)
+    k1, k2 = _rotated(k_at, j, kv_ok, cos_ptr, sin_ptr, D)
+    scores = tl.dot(q1, tl.trans(k1)) + tl.dot(q2, tl.trans(k2))
+    scores = tl.where((j < S)[None, :], scores * scale, float("-inf"))
+    p = tl.exp(scores - tl.max(scores, axis=1)[:, None])
+    out = (tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]).to(v.dtype)
+    kept = ((pos >= S - KEEP) & (pos < S))[:, None]
+    o_at = o_ptr + (b * KEEP + pos - (S - KEEP))[:, None] * (H * D) + head[:, None] * D + d
+    if FP8:
+        f = tl.arange(0, HKV_P * D)[None, :]
+        v_all = tl.load(v_ptr + b * v_sb + j[:, None] * v_ss + f, mask=kv_ok & (f < HKV * D), other=0.0)
+        bound = tl.max(tl.max(tl.abs(v_all.to(tl.float32)), axis=1), axis=0)
+        row_scale = tl.maximum(bound, _FP8_MIN_AMAX) * _FP8_INVERSE_MAX
+        inverse = tl.div_rn(1.0, row_scale)
+        q8 = tl.clamp(out.to(tl.float32) * inverse, -_FP8_MAX, _FP8_MAX).to(o_ptr.dtype.element_ty)
+        tl.store(o_at, q8, mask=kept)
+        if kv_head == 0:
+            scale_ok = (j >= S - KEEP) & (j < S)
+            tl.store(s_ptr + b * KEEP + j - (S - KEEP), tl.zeros([S_P], tl.float32) + row_scale, mask=scale_ok)
+    else:
+        tl.store(o_at, out, mask=kept)
+
+
+def rope_attention_fits(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> bool:
+    """Whether the fused kernel takes these operands (as Attention.forward has them: views of one qkv GEMM output,
+    tables [S, 1, D] in q's dtype); kernels.rope_attention runs the passes it fuses otherwise."""
+    batch, seq, heads, dim = q.shape
+    kv_heads = k.shape[2]
+    group = heads // kv_heads if kv_heads else 0
+    return (
+        seq <= MAX_TINY_SEQ
+        and q.dtype in (torch.float16, torch.bfloat16)
+        and k.dtype == q.dtype == v.dtype
+        and k.shape == v.shape == (batch, seq, kv_heads, dim)
+        and group * kv_heads == heads
+        and group == triton.next_power_of_2(group)
+        and 32 <= dim == triton.next_power_of_2(dim)  # a half head is tl.dot's K: at least 16
+        and all(t.stride(-1) == 1 and t.stride(-2) == dim for t in (q, k, v))
+        and all(t.shape[0] == seq and t.is_contiguous() and t.dtype == q.dtype for t in (cos, sin))
+    )
+
+
+def rope_attention_pays(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether the fused kernel beats rope_qk + dense_attention without FP8 rows to write: on grids of MANY_PROGRAMS
+    programs or more (VoxCPM2's LocDiT from 512 streams on), where an H200 ran the B=512 engine step (bf16) in 110.1
+    ms against 113.3 (benchmarks/results/h200-2026-12-01, call 3). With it at every size, one stream's and eight
+    streams' RTF p90 were 2 % and 6 % above the sixteenth session's runs (call 4), so smaller grids keep the two
+    kernels."""
+    return q.shape[0] * k.shape[2] >= MANY_PROGRAMS
+
+
+def rope_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, scale: float, keep: int,
+    fp8: bool, warps: int | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """kernels.rope_attention_torch for operands rope_attention_fits lets through. `warps` (benchmarks sweep it): by
+    default dense_attention's choice for the tile, 4 on large grids (at B=1,024's LocDiT shapes on an H200 4 took
+    0.163 ms a call, 8 took 0.219 and 2 took 2.67: benchmarks/results/h200-2026-12-01, call 2), else 8."""
+    batch, seq, heads, dim = q.shape
+    kv_heads = k.shape[2]
+    out = torch.empty(batch, keep, heads * dim, device=q.device, dtype=torch.float8_e4m3fn if fp8 else q.dtype)
+    row_scale = torch.empty(batch, keep, 1, device=q.device, dtype=torch.float32) if fp8 else out
+    if batch:
+        seq_p, group = max(16, triton.next_power_of_2(seq)), heads // kv_heads
+        _rope_attention_kernel[(batch, kv_heads)](
+            q, k, v, cos, sin, out, row_scale, scale,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            S=seq, S_P=seq_p, KEEP=keep, H=heads, HKV=kv_heads, HKV_P=triton.next_power_of_2(kv_heads), G=group,
+            D=dim, FP8=fp8, num_warps=warps or _attention_warps(group * seq_p * dim, batch * kv_heads),
+        )  # fmt: skip
+    return (out, row_scale) if fp8 else out
 
 
 # -- LoRA: each row's own adapter slot (rows grouped by slot, then segmented shrink and expand) -------------------

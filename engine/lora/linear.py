@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from engine import kernels
-from engine.models.layers import Fp8Linear, linear
+from engine.models.layers import Fp8Linear, Fp8Rows, linear
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +96,13 @@ class LoRALinear(nn.Linear):
         self.register_buffer("lora_a", torch.zeros(rows.slots, width, self.in_features, **like), persistent=False)
         self.register_buffer("lora_b", torch.zeros(rows.slots, width, self.out_features, **like), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = linear(x, self.weight, self.bias, self.fp8)
+    def forward(self, x: torch.Tensor | Fp8Rows) -> torch.Tensor:
+        if isinstance(x, Fp8Rows):  # quantised by their producer for the FP8 GEMM; the adapter reads their source
+            assert self.fp8 is not None and x.source is not None
+            y = kernels.fp8_matmul(x.q, x.scale, self.fp8.weight, self.fp8.scale, self.bias, self.weight.dtype)
+            x = x.source
+        else:
+            y = linear(x, self.weight, self.bias, self.fp8)
         rows = self.adapter_rows.prepared(self.site.rows, x.shape[:-1])
         if rows is None:
             return y

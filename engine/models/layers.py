@@ -17,6 +17,8 @@ class Fp8Rows:
 
     q: torch.Tensor
     scale: torch.Tensor
+    # The model-dtype rows they quantise, for a reader that needs those too (a LoRA adapter beside the FP8 GEMM).
+    source: torch.Tensor | None = None
 
 
 class RMSNorm(nn.Module):
@@ -126,6 +128,17 @@ def takes_fp8(consumer: nn.Module | None, x: torch.Tensor) -> bool:
     """Whether `consumer` is an Fp8Linear (not wrapped, e.g. by LoRA, whose adapter needs x itself) that multiplies
     rows like x in FP8: their producer then hands it `Fp8Rows`."""
     return type(consumer) is Fp8Linear and consumer.takes_fp8(x)
+
+
+def takes_fp8_rows(consumer: nn.Module | None, rows: int) -> bool:
+    """takes_fp8 for `rows` input rows, before they exist (the kernel that makes them quantises them)."""
+    return type(consumer) is Fp8Linear and multiplies_fp8(consumer, rows)
+
+
+def multiplies_fp8(consumer: nn.Module | None, rows: int) -> bool:
+    """Whether `consumer`'s GEMM runs in FP8 for `rows` input rows, wrapped or not (a LoRA linear over an Fp8Linear
+    keeps its FP8 weight as `fp8` too)."""
+    return getattr(consumer, "fp8", None) is not None and rows >= FP8_MIN_ROWS
 
 
 def unwrapped(module: nn.Module) -> bool:

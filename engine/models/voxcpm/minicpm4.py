@@ -19,7 +19,17 @@ from torch import nn
 from engine import kernels
 from engine.attention import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
-from engine.models.layers import Fp8Rows, Linear, RMSNorm, takes_fp8, takes_fp8_blocks, unwrapped, use_fp8_
+from engine.models.layers import (
+    Fp8Rows,
+    Linear,
+    RMSNorm,
+    multiplies_fp8,
+    takes_fp8,
+    takes_fp8_blocks,
+    takes_fp8_rows,
+    unwrapped,
+    use_fp8_,
+)
 from engine.models.voxcpm.config import MiniCPM4Config
 
 # A stack's linears that run in FP8 when asked (EngineConfig.fp8_gemms for the LocDiT, fp8_backbone for the others):
@@ -93,15 +103,33 @@ class Attention(nn.Module):
         q = q.view(*lead, self.num_heads, self.head_dim)
         k = k.view(*lead, self.num_kv_heads, self.head_dim)
         v = v.view(*lead, self.num_kv_heads, self.head_dim)
+        if attn is None:
+            return self.o_proj(self._dense(q, k, v, rope, q.shape[1] if keep is None else keep))
         if rope is not None:
             q, k = kernels.rope_qk(q, k, *rope)
-        if attn is None:
-            out = self.backend.dense(q, k, v, self.scale)
-            if keep is not None:
-                out = out[:, -keep:]
-        else:
-            out = self.backend.paged(q, k, v, self.k_cache, self.v_cache, attn, self.scale)
-        return self.o_proj(out.reshape(*out.shape[:-2], self.num_heads * self.head_dim))
+        out = self.backend.paged(q, k, v, self.k_cache, self.v_cache, attn, self.scale)
+        return self.o_proj(out.reshape(*lead, self.num_heads * self.head_dim))
+
+    def _dense(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        keep: int,
+    ) -> torch.Tensor | Fp8Rows:
+        """Bidirectional attention's last `keep` positions of each row, as o_proj reads them: an FP8 o_proj takes e4m3
+        rows scaled by each row's bound (kernels.bounded_fp8_rows_torch), which the attention kernel writes itself on
+        the GPU, RoPE applied as it loads q and k; a LoRA o_proj over an FP8 GEMM takes the same rows with their
+        model-dtype source beside them, for its adapter."""
+        rows = q.shape[0] * keep
+        fp8 = takes_fp8_rows(self.o_proj, rows)
+        out = kernels.rope_attention(q, k, v, rope, self.scale, keep, fp8, self.backend.dense)
+        if isinstance(out, tuple):
+            return Fp8Rows(*out)
+        if multiplies_fp8(self.o_proj, rows):
+            return Fp8Rows(*kernels.bounded_fp8_rows_torch(out, v), source=out)
+        return out
 
 
 class MLP(nn.Module):

@@ -179,3 +179,55 @@ def test_block_scaled_fp8_twins() -> None:
     assert y.shape == (3, 5, 128) and torch.equal(y.view(15, 128), expected + bias)
     exact = kernels.silu_mul_torch(x @ gate_up.t()) @ down.t() + bias
     assert float((y.view(15, 128) - exact).norm() / exact.norm()) < 0.1
+
+
+def _attention_operands(gen: torch.Generator, rows: int, seq: int) -> tuple[torch.Tensor, ...]:
+    """q/k/v [rows, seq, heads, 16] and RoPE tables [seq, 1, 16] as a local stack has them."""
+    q, k, v = torch.randn(rows, seq, 4, 16, generator=gen), *torch.randn(2, rows, seq, 2, 16, generator=gen)
+    angle = torch.randn(seq, 1, 8, generator=gen).repeat(1, 1, 2)
+    return q, k, v, angle.cos() * 1.2, angle.sin() * 1.2
+
+
+def test_rope_attention_off_the_gpu_is_rope_then_the_backends_attention() -> None:
+    """The kept positions of rope_torch -> the given dense attention, as rows; with fp8 those rows bound-scaled."""
+    gen = torch.Generator().manual_seed(5)
+    q, k, v, cos, sin = _attention_operands(gen, 3, 11)
+    dense = kernels.dense_attention_torch
+    for keep in (11, 4):
+        want = dense(kernels.rope_torch(q, cos, sin), kernels.rope_torch(k, cos, sin), v, 0.25)[:, -keep:]
+        want = want.reshape(3, keep, 64)
+        got = kernels.rope_attention(q, k, v, (cos, sin), 0.25, keep, False, dense)
+        assert torch.equal(got, want)
+        assert torch.equal(got, kernels.rope_attention_torch(q, k, v, cos, sin, 0.25, keep, False))
+        rows, scale = kernels.rope_attention(q, k, v, (cos, sin), 0.25, keep, True, dense)
+        twin_rows, twin_scale = kernels.bounded_fp8_rows_torch(want, v)
+        assert torch.equal(rows.float(), twin_rows.float()) and torch.equal(scale, twin_scale)
+    no_rope = kernels.rope_attention(q, k, v, None, 0.25, 11, False, dense)
+    assert torch.equal(no_rope, dense(q, k, v, 0.25).reshape(3, 11, 64))
+
+
+def test_bounded_fp8_rows_scale_each_row_by_its_values_bound() -> None:
+    """One scale per row of the attention (max |v| / 448), shared by its positions; every attention output fits
+    (none clamps: all finite e4m3), and dequantised they are as close to the output as quantize_rows' own-amax rows
+    are (e4m3's relative step does not depend on the scale), where an output above the bound (P's rounding) clamps
+    to 448 instead of turning NaN."""
+    gen = torch.Generator().manual_seed(6)
+    q, k, v, cos, sin = _attention_operands(gen, 64, 11)
+    v[0] = 0  # an all-zero row: the smallest scale, zeros
+    v[1] *= 100
+    out = kernels.rope_attention_torch(q, k, v, cos, sin, 0.25, 11, False)
+    rows, scale = kernels.bounded_fp8_rows_torch(out, v)
+    assert rows.dtype == kernels.FP8 and rows.shape == out.shape and scale.shape == (64, 11, 1)
+    bound = v.abs().amax(dim=(1, 2, 3))
+    torch.testing.assert_close(scale[:, 0, 0], bound.clamp(min=kernels.FP8_MIN_AMAX) / kernels.FP8_MAX)
+    assert torch.equal(scale, scale[:, :1].expand_as(scale))
+    assert bool(rows.float().isfinite().all()) and float(rows.float().abs().max()) <= kernels.FP8_MAX
+    assert not rows[0].float().any()
+    error = float((rows[1:].float() * scale[1:] - out[1:]).norm() / out[1:].norm())
+    own_q, own_scale = kernels.quantize_rows_torch(out[1:].reshape(-1, 64))
+    own_error = float((own_q.float() * own_scale - out[1:].reshape(-1, 64)).norm() / out[1:].norm())
+    assert error < 1.25 * own_error < 0.05, (error, own_error)
+    over = out[2:3].clone()
+    over[0, 0, 0] = bound[2] * 1.01
+    clamped, _ = kernels.bounded_fp8_rows_torch(over, v[2:3])
+    assert float(clamped[0, 0, 0].float()) == kernels.FP8_MAX

@@ -674,3 +674,43 @@ def test_fp8_block_mlp_is_its_twins(m: int, k: int, n: int, hidden: int) -> None
     with kernels.fused_enabled(False):
         want = kernels.fp8_block_mlp(*args)
     assert got.shape == want.shape == (1, m, hidden) and _rel(got, want) < 2e-2
+
+
+ROPE_ATTENTION_CASES = [  # dtype, rows, positions, kept, heads, kv heads, head dim
+    (torch.bfloat16, 2048, 11, 11, 16, 2, 128),  # the VoxCPM2 LocDiT's at 1,024 streams
+    (torch.bfloat16, 2048, 11, 4, 16, 2, 128),  # its last layer
+    (torch.float16, 37, 5, 5, 16, 2, 64),  # a LocEnc's
+    (torch.bfloat16, 3, 1, 1, 8, 8, 32),
+    (torch.float16, 5, 32, 7, 4, 2, 32),
+]
+
+
+@pytest.mark.parametrize(("dtype", "rows", "seq", "keep", "heads", "kv_heads", "dim"), ROPE_ATTENTION_CASES)
+def test_rope_attention(
+    dtype: torch.dtype, rows: int, seq: int, keep: int, heads: int, kv_heads: int, dim: int
+) -> None:
+    """RoPE, attention and the kept positions' rows in one kernel, at both launch widths: against the twin (RoPE,
+    then SDPA) and a float64 reference as test_dense_attention; with fp8, the e4m3 rows and scales that bounding its
+    own model-dtype output gives (bounded_fp8_rows_torch)."""
+    qkv = torch.randn(rows, seq, (heads + 2 * kv_heads) * dim, device="cuda", dtype=dtype)
+    q, k, v = qkv.split((heads * dim, kv_heads * dim, kv_heads * dim), dim=-1)
+    q, k, v = q.view(rows, seq, heads, dim), k.view(rows, seq, kv_heads, dim), v.view(rows, seq, kv_heads, dim)
+    angle = torch.randn(seq, 1, dim // 2, device="cuda").repeat(1, 1, 2)
+    cos, sin = (angle.cos() * 1.2).to(dtype), (angle.sin() * 1.2).to(dtype)  # LongRoPE scales its tables
+    assert triton_ops.rope_attention_fits(q, k, v, cos, sin)
+    scale = dim**-0.5
+    twin = kernels.rope_attention_torch(q, k, v, cos, sin, scale, keep, False)
+    exact = kernels.rope_attention_torch(
+        q.double(), k.double(), v.double(), cos.double(), sin.double(), scale, keep, False
+    )
+    before = qkv.clone()
+    for warps in (4, 8):
+        got = triton_ops.rope_attention(q, k, v, cos, sin, scale, keep, False, warps)
+        assert got.shape == (rows, keep, heads * dim) and got.dtype == dtype and got.is_contiguous()
+        assert _rel(got, twin) < 1e-2, warps
+        assert _rel(got, exact) <= max(_rel(twin, exact), 1e-4) * 1.5, warps
+        rows8, row_scale = triton_ops.rope_attention(q, k, v, cos, sin, scale, keep, True, warps)
+        want8, want_scale = kernels.bounded_fp8_rows_torch(got, v)
+        assert torch.equal(row_scale, want_scale)
+        assert torch.equal(rows8.float(), want8.float())  # the same IEEE roundings: a LoRA o_proj gets these rows
+    assert torch.equal(qkv, before)  # q and k rotated as loaded, not in place
