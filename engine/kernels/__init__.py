@@ -25,10 +25,11 @@ elementwise passes): `qk_norm_rope`, `cached_attention`, `snake_beta` and `count
 FP8 (opt-in, `EngineConfig.fp8_gemms`): `quantize_rows` and `silu_mul_fp8` write the per-row scaled e4m3 inputs that
 `fp8_linear`'s GEMM (torch._scaled_mm, rowwise scales) reads; the SiLU*mul one saves the down projection's input a
 bf16 round trip through memory, and `rope_attention` (RoPE, a local stack's attention and its kept positions in one
-kernel) writes o_proj's rows scaled by a bound it knows before the output exists (`bounded_fp8_rows_torch`). `fp8_block_mlp` goes further for an MLP whose down projection holds 128x128
-block-scaled weights: the gate/up GEMM itself applies SiLU*mul and quantises per 1x128 block in its epilogue, so
-neither the gate/up output nor a SiLU*mul pass goes through memory, and cuBLAS's block-scaled GEMM reads its output
-(LocDiT MLP at B=512 on an H200: 0.300 ms a call against 0.317 for the three kernels before).
+kernel) writes o_proj's rows scaled by a bound it knows before the output exists (`bounded_fp8_rows_torch`).
+`fp8_block_mlp` goes further for an MLP whose down projection holds 128x128 block-scaled weights: the gate/up GEMM
+itself applies SiLU*mul and quantises per 1x128 block in its epilogue, so neither the gate/up output nor a SiLU*mul
+pass goes through memory, and cuBLAS's block-scaled GEMM reads its output (LocDiT MLP at B=512 on an H200: 0.300 ms a
+call against 0.317 for the three kernels before).
 
 The twins are the reference numerics (voxcpm `modules/minicpm4/model.py`, `audio_vae*.py`; qwen-tts 0.1.1) and are
 what CPU runs and parity tests execute. `fused_enabled(False)` forces the twins on CUDA too (profiling, A/B checks).
