@@ -170,9 +170,9 @@ class EngineCore:
         # Callers keep latents for a while (continuation prompts): a copy, so that they do not pin the step's
         # whole host buffer (pinned memory on CUDA). Samples stay views: they are consumed right away.
         latents = result.latents.copy()
-        chunks = [
-            AudioChunk(seq.request_id, seq.num_generated - 1, result.samples[i], latents[i], seq.finish_reason)
-            for i, seq in enumerate(result.seqs)
+        chunks = [  # zip: iterating the arrays makes each row's view faster than indexing them (a B=1,024 step)
+            AudioChunk(seq.request_id, seq.num_generated - 1, samples, latent, seq.finish_reason)
+            for seq, samples, latent in zip(result.seqs, result.samples, latents, strict=True)
         ]
         seconds = self.clock() - start
         self._record(len(batch), seconds)
