@@ -1,0 +1,9 @@
+# Session 18, call 3 (main at 3b05ffd): compare_anchor.sh for VoxCPM1.5 and VoxCPM-0.5B (ours bf16 against nano-vllm-voxcpm, c = 1 64 256 512).
+source scripts/device_env.sh > $OUT/gpu.txt
+T0=$(date +%s); t() { echo "$1 rc=$2 $(( $(date +%s)-T0 ))s" | tee -a $OUT/log.txt; }
+for v in voxcpm1.5 voxcpm-0.5b; do
+  BENCH_ARGS="--max-num-seqs 512" timeout 215 bash benchmarks/compare_anchor.sh $v .carry/anchor 60 "1 64 256 512" > /dev/null 2>>/tmp/err.txt; t $v $?
+  rm -f $OUT/compare-$v/gpu.txt
+  cat $OUT/compare-$v/ratios.md
+done
+tail -3 /tmp/err.txt
