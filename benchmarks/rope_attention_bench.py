@@ -1,11 +1,15 @@
 """The LocDiT's attention at batch on the GPU: RoPE, the tiny-row attention and the quantising of o_proj's input as
-three passes (the engine before kernels.rope_attention; two without FP8) against the fused kernel (at each launch
-width with `--sweep`), on the full-size VoxCPM2 LocDiT's shapes (16 query heads, 2 kv heads of 128; rows of 11
-positions), 2B guidance rows for B streams. One JSON line per (batch, path, launch): the median time of one call (a
-CUDA graph of `--repeat` calls, replayed), the bytes it must move at the least (qkv read once, the output written
-once) over that time, and for the fused kernel its relative difference from the twin (dequantised for FP8).
+three passes (the engine before kernels.rope_attention; two without FP8) against the fused kernel (the engine's
+launch; with `--sweep` each launch width and each split of a kv head's 8 queries over 1, 2 or 4 programs), on the
+full-size VoxCPM2 LocDiT's shapes (16 query heads, 2 kv heads of 128; rows of 11 positions), 2B guidance rows for B
+streams. One JSON line per (batch, path, launch): the median time of one call (a CUDA graph of `--repeat` calls,
+replayed), the bytes it must move at the least (qkv read once, the output written once) over that time, and for the
+fused kernel its relative difference from the twin (dequantised for FP8).
 
     python3 benchmarks/rope_attention_bench.py --batch 512 1024 [--sweep]
+
+With `--registers` it needs no GPU: it compiles the kernel for sm_90a at each launch of the sweep and prints what
+ptxas reports (registers a thread, bytes spilled), which bounds the programs an SM holds.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,16 +75,51 @@ def _measure(batch: int, keep: int, stack: MiniCPM4Config, sweep: bool, repeat: 
     report({"path": "three_passes"}, _timed(three, repeat))
     report({"path": "two_passes_bf16"}, _timed(two, repeat))
     twin = kernels.rope_attention_torch(q, k, v, cos, sin, scale, keep, False)
-    for warps in (2, 4, 8) if sweep else [triton_ops.ROPE_ATTENTION_WARPS]:
-        for fp8 in (True, False):
+    group = heads // kv_heads
+    launches = itertools.product((2, 4, 8), (group, group // 2, group // 4)) if sweep else [(None, None)]
+    for (warps, block), fp8 in itertools.product(launches, (True, False)):
 
-            def fused(fp8: bool = fp8, warps: int = warps) -> object:
-                return triton_ops.rope_attention(q, k, v, cos, sin, scale, keep, fp8, warps)
+        def fused(fp8: bool = fp8, warps: int | None = warps, block: int | None = block) -> object:
+            return triton_ops.rope_attention(q, k, v, cos, sin, scale, keep, fp8, warps, block)
 
-            got = fused()
-            diff = _rel(got[0].float() * got[1], twin) if fp8 else _rel(got, twin)
-            line = {"path": "fused_fp8" if fp8 else "fused_bf16", "warps": warps, "rel_to_twin": diff}
-            report(line, _timed(fused, repeat))
+        got = fused()
+        diff = _rel(got[0].float() * got[1], twin) if fp8 else _rel(got, twin)
+        line = {"path": "fused_fp8" if fp8 else "fused_bf16", "warps": warps, "heads_per_program": block}
+        report(line | {"rel_to_twin": diff}, _timed(fused, repeat))
+
+
+def _registers(stack: MiniCPM4Config, keep: int) -> None:
+    """ptxas -v's registers and spills of the kernel for every launch of the sweep, compiled for sm_90a offline."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    triton = triton_ops.triton
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    heads, kv_heads, dim, seq = stack.num_attention_heads, stack.num_key_value_heads, stack.head_dim, 11
+    group = heads // kv_heads
+    pointers = ("q_ptr", "k_ptr", "v_ptr", "cos_ptr", "sin_ptr")
+    strides = ("q_sb", "q_ss", "k_sb", "k_ss", "v_sb", "v_ss")
+    for fp8, warps, block in itertools.product((True, False), (1, 2, 4, 8), (group, group // 2, group // 4, 1)):
+        signature = {name: "*bf16" for name in pointers} | {"o_ptr": "*fp8e4nv" if fp8 else "*bf16"}
+        signature |= {"s_ptr": "*fp32" if fp8 else "*bf16", "scale": "fp32"} | {name: "i32" for name in strides}
+        constants = {"S": seq, "S_P": 16, "KEEP": keep, "H": heads, "HKV": kv_heads, "HKV_P": kv_heads, "G": group}
+        constants |= {"GB": block, "D": dim, "FP8": fp8}
+        signature |= {name: "constexpr" for name in constants}
+        source = ASTSource(fn=triton_ops._rope_attention_kernel, signature=signature, constexprs=constants)
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
+            ptx.write(compiled.asm["ptx"])
+            ptx.flush()
+            report = subprocess.run(
+                [str(ptxas), "-v", "--gpu-name", "sm_90a", ptx.name, "-o", "/dev/null"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stderr
+        registers = int(re.search(r"Used (\d+) registers", report).group(1))  # type: ignore[union-attr]
+        spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))  # type: ignore[union-attr]
+        line = {"fp8": fp8, "keep": keep, "warps": warps, "heads_per_program": block, "registers": registers}
+        print(json.dumps(line | {"spill_bytes": spilled, "programs_per_sm": 65536 // (registers * 32 * warps)}))
 
 
 def main() -> None:
@@ -86,9 +128,14 @@ def main() -> None:
     parser.add_argument("--keep", type=int, nargs="+", default=[11, 4], help="kept positions (4: the last layer)")
     parser.add_argument("--sweep", action="store_true", help="every launch width of the fused kernel, not the engine's")
     parser.add_argument("--repeat", type=int, default=20, help="calls per graph")
+    parser.add_argument("--registers", action="store_true", help="ptxas's registers and spills (no GPU needed)")
     args = parser.parse_args()
     config = parse_config(make_config("voxcpm2", "full"))
     stack = config.local_stack(config.dit_config)
+    if args.registers:
+        for keep in args.keep:
+            _registers(stack, keep)
+        return
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "triton": triton_ops.triton.__version__}))
     for batch, keep in itertools.product(args.batch, args.keep):
         _measure(batch, keep, stack, args.sweep, args.repeat)

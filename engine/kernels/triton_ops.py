@@ -1245,17 +1245,17 @@ def _rotated(base, pos, ok, cos_ptr, sin_ptr, D: tl.constexpr):
 def _rope_attention_kernel(
     q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, o_ptr, s_ptr, scale, q_sb, q_ss, k_sb, k_ss, v_sb, v_ss,
     S: tl.constexpr, S_P: tl.constexpr, KEEP: tl.constexpr, H: tl.constexpr, HKV: tl.constexpr,
-    HKV_P: tl.constexpr, G: tl.constexpr, D: tl.constexpr, FP8: tl.constexpr,
+    HKV_P: tl.constexpr, G: tl.constexpr, GB: tl.constexpr, D: tl.constexpr, FP8: tl.constexpr,
 ):  # fmt: skip
-    """_dense_attention_kernel's tiles (one program per (row, kv head): its G query heads x S positions against the
-    head's keys and values), q and k rotated as they are loaded, and only the row's last KEEP positions written, as
-    rows b * KEEP + i of o [B * KEEP, H * D]: in the input dtype, or with FP8 as e4m3 scaled by the row's bound
-    (s [B * KEEP]; bounded_fp8_rows_torch, whose IEEE roundings these repeat), which is known before any output
-    is."""
+    """_dense_attention_kernel's tiles (one program per (row, kv head, block of GB of its G query heads): those heads
+    x S positions against the kv head's keys and values), q and k rotated as they are loaded, and only the row's last
+    KEEP positions written, as rows b * KEEP + i of o [B * KEEP, H * D]: in the input dtype, or with FP8 as e4m3
+    scaled by the row's bound (s [B * KEEP]; bounded_fp8_rows_torch, whose IEEE roundings these repeat), which is
+    known before any output is."""
     b = tl.program_id(0).to(tl.int64)
-    kv_head = tl.program_id(1)
-    m = tl.arange(0, G * S_P)
-    pos, head = m % S_P, kv_head * G + m // S_P
+    kv_head, head_block = tl.program_id(1), tl.program_id(2)
+    m = tl.arange(0, GB * S_P)
+    pos, head = m % S_P, kv_head * G + head_block * GB + m // S_P
     j = tl.arange(0, S_P)
     d = tl.arange(0, D)[None, :]
     q_ok, kv_ok = (pos < S)[:, None], (j < S)[:, None]
@@ -1278,7 +1278,7 @@ def _rope_attention_kernel(
         inverse = tl.div_rn(1.0, row_scale)
         q8 = tl.clamp(out.to(tl.float32) * inverse, -_FP8_MAX, _FP8_MAX).to(o_ptr.dtype.element_ty)
         tl.store(o_at, q8, mask=kept)
-        if kv_head == 0:
+        if kv_head == 0 and head_block == 0:
             scale_ok = (j >= S - KEEP) & (j < S)
             tl.store(s_ptr + b * KEEP + j - (S - KEEP), tl.zeros([S_P], tl.float32) + row_scale, mask=scale_ok)
     else:
@@ -1317,22 +1317,30 @@ def rope_attention_pays(q: torch.Tensor, k: torch.Tensor) -> bool:
 
 def rope_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, scale: float, keep: int,
-    fp8: bool, warps: int | None = None,
+    fp8: bool, warps: int | None = None, heads_per_program: int | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """kernels.rope_attention_torch for operands rope_attention_fits lets through. `warps` (benchmarks sweep it): by
     default dense_attention's choice for the tile, 4 on large grids (at B=1,024's LocDiT shapes on an H200 4 took
-    0.163 ms a call, 8 took 0.219 and 2 took 2.67: benchmarks/results/h200-2026-12-01, call 2), else 8."""
+    0.163 ms a call, 8 took 0.219 and 2 took 2.67: benchmarks/results/h200-2026-12-01, call 2), else 8.
+    `heads_per_program` (a power of two dividing the group; by default the whole group, each kv head's queries in one
+    program): smaller blocks make smaller tiles and more programs, for the benchmark to weigh against the kv head's
+    loads each block repeats. At B=1,024 the kernel moves ~0.65 TB/s, and ptxas (sm_90a, VoxCPM2's LocDiT shapes,
+    FP8 rows) gives the whole group at 4 warps 255 registers with 124 bytes spilled, two programs an SM; half of it 194
+    registers, no spills; one head at 1 warp 200 (benchmarks/results/h200-2026-12-01b, README)."""
     batch, seq, heads, dim = q.shape
     kv_heads = k.shape[2]
+    group = heads // kv_heads
+    block = heads_per_program or group
+    assert group % block == 0 and block == triton.next_power_of_2(block), (group, block)
     out = torch.empty(batch, keep, heads * dim, device=q.device, dtype=torch.float8_e4m3fn if fp8 else q.dtype)
     row_scale = torch.empty(batch, keep, 1, device=q.device, dtype=torch.float32) if fp8 else out
     if batch:
-        seq_p, group = max(16, triton.next_power_of_2(seq)), heads // kv_heads
-        _rope_attention_kernel[(batch, kv_heads)](
+        seq_p, programs = max(16, triton.next_power_of_2(seq)), batch * kv_heads * (group // block)
+        _rope_attention_kernel[(batch, kv_heads, group // block)](
             q, k, v, cos, sin, out, row_scale, scale,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             S=seq, S_P=seq_p, KEEP=keep, H=heads, HKV=kv_heads, HKV_P=triton.next_power_of_2(kv_heads), G=group,
-            D=dim, FP8=fp8, num_warps=warps or _attention_warps(group * seq_p * dim, batch * kv_heads),
+            GB=block, D=dim, FP8=fp8, num_warps=warps or _attention_warps(block * seq_p * dim, programs),
         )  # fmt: skip
     return (out, row_scale) if fp8 else out
 
