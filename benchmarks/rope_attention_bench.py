@@ -1,10 +1,10 @@
 """The LocDiT's attention at batch on the GPU: RoPE, the tiny-row attention and the quantising of o_proj's input as
 three passes (the engine before kernels.rope_attention; two without FP8) against the fused kernel (the engine's
-launch; with `--sweep` each launch width and each split of a kv head's 8 queries over 1, 2 or 4 programs), on the
-full-size VoxCPM2 LocDiT's shapes (16 query heads, 2 kv heads of 128; rows of 11 positions), 2B guidance rows for B
-streams. One JSON line per (batch, path, launch): the median time of one call (a CUDA graph of `--repeat` calls,
-replayed), the bytes it must move at the least (qkv read once, the output written once) over that time, and for the
-fused kernel its relative difference from the twin (dequantised for FP8).
+launch; with `--sweep` each launch of `_launches`: warps, a kv head's 8 queries over 1, 2 or 4 programs, a register
+cap), on the full-size VoxCPM2 LocDiT's shapes (16 query heads, 2 kv heads of 128; rows of 11 positions), 2B guidance
+rows for B streams. One JSON line per (batch, path, launch): the median time of one call (a CUDA graph of `--repeat`
+calls, replayed), the bytes it must move at the least (qkv read once, the output written once) over that time, and
+for the fused kernel its relative difference from the twin (dequantised for FP8).
 
     python3 benchmarks/rope_attention_bench.py --batch 512 1024 [--sweep]
 
@@ -75,17 +75,27 @@ def _measure(batch: int, keep: int, stack: MiniCPM4Config, sweep: bool, repeat: 
     report({"path": "three_passes"}, _timed(three, repeat))
     report({"path": "two_passes_bf16"}, _timed(two, repeat))
     twin = kernels.rope_attention_torch(q, k, v, cos, sin, scale, keep, False)
-    group = heads // kv_heads
-    launches = itertools.product((2, 4, 8), (group, group // 2, group // 4)) if sweep else [(None, None)]
-    for (warps, block), fp8 in itertools.product(launches, (True, False)):
+    for (warps, block, registers), fp8 in itertools.product(_launches(heads // kv_heads, sweep), (True, False)):
 
-        def fused(fp8: bool = fp8, warps: int | None = warps, block: int | None = block) -> object:
-            return triton_ops.rope_attention(q, k, v, cos, sin, scale, keep, fp8, warps, block)
+        def fused(fp8: bool = fp8, launch: Launch = (warps, block, registers)) -> object:
+            return triton_ops.rope_attention(q, k, v, cos, sin, scale, keep, fp8, *launch)
 
         got = fused()
         diff = _rel(got[0].float() * got[1], twin) if fp8 else _rel(got, twin)
         line = {"path": "fused_fp8" if fp8 else "fused_bf16", "warps": warps, "heads_per_program": block}
-        report(line | {"rel_to_twin": diff}, _timed(fused, repeat))
+        report(line | {"max_registers": registers, "rel_to_twin": diff}, _timed(fused, repeat))
+
+
+# (warps, heads per program, max registers); None: the engine's choice
+Launch = tuple[int | None, int | None, int | None]
+
+
+def _launches(group: int, sweep: bool) -> list[Launch]:
+    """The engine's launch, or the sweep's: 4 or 8 warps (2 took 16x longer at B=1,024, h200-2026-12-01 call 2), a kv
+    head's queries in 1, 2 or 4 programs, ptxas's register cap its own, 128 or 96."""
+    if not sweep:
+        return [(None, None, None)]
+    return list(itertools.product((4, 8), (group, group // 2, group // 4), (None, 128, 96)))
 
 
 def _registers(stack: MiniCPM4Config, keep: int) -> None:
@@ -99,14 +109,15 @@ def _registers(stack: MiniCPM4Config, keep: int) -> None:
     group = heads // kv_heads
     pointers = ("q_ptr", "k_ptr", "v_ptr", "cos_ptr", "sin_ptr")
     strides = ("q_sb", "q_ss", "k_sb", "k_ss", "v_sb", "v_ss")
-    for fp8, warps, block in itertools.product((True, False), (1, 2, 4, 8), (group, group // 2, group // 4, 1)):
+    for fp8, (warps, block, registers) in itertools.product((True, False), _launches(group, True)):
         signature = {name: "*bf16" for name in pointers} | {"o_ptr": "*fp8e4nv" if fp8 else "*bf16"}
         signature |= {"s_ptr": "*fp32" if fp8 else "*bf16", "scale": "fp32"} | {name: "i32" for name in strides}
         constants = {"S": seq, "S_P": 16, "KEEP": keep, "H": heads, "HKV": kv_heads, "HKV_P": kv_heads, "G": group}
         constants |= {"GB": block, "D": dim, "FP8": fp8}
         signature |= {name: "constexpr" for name in constants}
         source = ASTSource(fn=triton_ops._rope_attention_kernel, signature=signature, constexprs=constants)
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+        options = {"num_warps": warps} | ({"maxnreg": registers} if registers else {})
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
         with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
             ptx.write(compiled.asm["ptx"])
             ptx.flush()
@@ -116,10 +127,11 @@ def _registers(stack: MiniCPM4Config, keep: int) -> None:
                 text=True,
                 check=True,
             ).stderr
-        registers = int(re.search(r"Used (\d+) registers", report).group(1))  # type: ignore[union-attr]
+        used = int(re.search(r"Used (\d+) registers", report).group(1))  # type: ignore[union-attr]
         spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))  # type: ignore[union-attr]
-        line = {"fp8": fp8, "keep": keep, "warps": warps, "heads_per_program": block, "registers": registers}
-        print(json.dumps(line | {"spill_bytes": spilled, "programs_per_sm": 65536 // (registers * 32 * warps)}))
+        line = {"fp8": fp8, "keep": keep, "warps": warps, "heads_per_program": block, "max_registers": registers}
+        line |= {"registers": used, "spill_bytes": spilled, "programs_per_sm": 65536 // (used * 32 * warps)}
+        print(json.dumps(line))
 
 
 def main() -> None:

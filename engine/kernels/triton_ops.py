@@ -1317,7 +1317,7 @@ def rope_attention_pays(q: torch.Tensor, k: torch.Tensor) -> bool:
 
 def rope_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, scale: float, keep: int,
-    fp8: bool, warps: int | None = None, heads_per_program: int | None = None,
+    fp8: bool, warps: int | None = None, heads_per_program: int | None = None, max_registers: int | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """kernels.rope_attention_torch for operands rope_attention_fits lets through. `warps` (benchmarks sweep it): by
     default dense_attention's choice for the tile, 4 on large grids (at B=1,024's LocDiT shapes on an H200 4 took
@@ -1326,7 +1326,9 @@ def rope_attention(
     program): smaller blocks make smaller tiles and more programs, for the benchmark to weigh against the kv head's
     loads each block repeats. At B=1,024 the kernel moves ~0.65 TB/s, and ptxas (sm_90a, VoxCPM2's LocDiT shapes,
     FP8 rows) gives the whole group at 4 warps 255 registers with 124 bytes spilled, two programs an SM; half of it 194
-    registers, no spills; one head at 1 warp 200 (benchmarks/results/h200-2026-12-01b, README)."""
+    registers, no spills; one head at 1 warp 200 (benchmarks/results/h200-2026-12-01b, README). `max_registers`
+    (ptxas's maxnreg; by default its own choice) trades spills for programs an SM: at 128 the whole group spills 1,032
+    bytes, half of it 260, and each holds four programs an SM."""
     batch, seq, heads, dim = q.shape
     kv_heads = k.shape[2]
     group = heads // kv_heads
@@ -1341,6 +1343,7 @@ def rope_attention(
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             S=seq, S_P=seq_p, KEEP=keep, H=heads, HKV=kv_heads, HKV_P=triton.next_power_of_2(kv_heads), G=group,
             GB=block, D=dim, FP8=fp8, num_warps=warps or _attention_warps(block * seq_p * dim, programs),
+            **({"maxnreg": max_registers} if max_registers else {}),
         )  # fmt: skip
     return (out, row_scale) if fp8 else out
 
