@@ -92,6 +92,31 @@ def _pass_warps(elements: int, per_thread: int, programs: int) -> int:
     return max(1, min(8, elements // (32 * per_thread)))
 
 
+# -- Alignment hints -----------------------------------------------------------------------------------------------
+# Lengths and strides that change with the batch or the streaming window are not specialised on (see _rope_kernel),
+# so Triton cannot prove a row's elements 16-byte aligned and makes every load and store of them a 16-bit one. Their
+# launchers pass instead ALIGN, the largest power of two up to _ALIGN that divides them all (a constexpr: four
+# variants at most; the engine's shapes are multiples of 8): Snake, bias + residual and the depthwise conv at the VAE's
+# first blocks took twice as long without it (h200-2026-12-02, call 1).
+_ALIGN = 8  # 16-bit elements in a 16-byte vector
+
+
+def _alignment(*values: int) -> int:
+    align = _ALIGN
+    while any(v % align for v in values):
+        align //= 2
+    return align
+
+
+@triton.jit
+def _aligned(v, ALIGN: tl.constexpr):
+    """v, provably a multiple of ALIGN (the launcher's _alignment: exact), so that Triton's alignment analysis
+    sees the rows' offsets (tl.multiple_of does not reach a kernel's scalar arguments)."""
+    if ALIGN > 1:
+        v = v // ALIGN * ALIGN
+    return v
+
+
 # -- RMSNorm (optionally fused with the residual add before it) --------------------------------------------------
 
 
@@ -527,24 +552,27 @@ def _snake(y, alpha):
 # B * C rows of L frames; rows may be strided (a conv-transpose output sliced in time), outputs are contiguous. A
 # program takes a [ROWS, BLOCK] tile of rows x time of ~_TILE elements: the first VAE blocks run 4-32 frames a
 # call, and one row per program left most lanes idle and made up to 10^6 programs a launch at 512 streams.
-# Shapes and strides change with the batch and the streaming window, so none is specialised on (see _rope_kernel).
+# Shapes and strides change with the batch and the streaming window: see _alignment.
 _TILE = 1024
 
 
-def _row_tiles(rows: int, length: int) -> tuple[tuple[int, int], int, int]:
-    """(grid, ROWS, BLOCK) for `rows` rows of `length` frames: BLOCK is the largest power of two up to _TILE that
-    leaves at most an eighth of the row's last block idle (192 frames: three blocks of 64, not one of 256)."""
+def _row_tiles(rows: int, length: int, *strides: int) -> tuple[tuple[int, int], int, int, int]:
+    """(grid, ROWS, BLOCK, ALIGN) for `rows` rows of `length` frames: BLOCK is the largest power of two up to _TILE
+    that leaves at most an eighth of the row's last block idle (192 frames: three blocks of 64, not one of 256);
+    ALIGN: _alignment of the length and the rows' `strides`."""
     block = min(_TILE, triton.next_power_of_2(length))
     while block > 16 and triton.cdiv(length, block) * block - length > length // 8:
         block //= 2
     per_program = _TILE // block
-    return (triton.cdiv(rows, per_program), triton.cdiv(length, block)), per_program, block
+    grid = (triton.cdiv(rows, per_program), triton.cdiv(length, block))
+    return grid, per_program, block, _alignment(length, *strides)
 
 
 @triton.jit
-def _row_tile(n_rows, length, channels, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+def _row_tile(n_rows, length, channels, ROWS: tl.constexpr, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
     """This program's tile: each row's batch index and channel [ROWS], the frames [BLOCK], the mask [ROWS, BLOCK]
     and the offsets into a contiguous [B, C, L] output."""
+    length = _aligned(length, ALIGN)
     row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     b, c = (row // channels).to(tl.int64), row % channels
@@ -555,10 +583,11 @@ def _row_tile(n_rows, length, channels, ROWS: tl.constexpr, BLOCK: tl.constexpr)
 @triton.jit(do_not_specialize=["n_rows", "length", "channels", "x_sb", "x_sc"])
 def _snake_kernel(
     x_ptr, alpha_ptr, scale_ptr, shift_ptr, out_ptr, n_rows, length, channels, x_sb, x_sc,
-    AFFINE: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+    AFFINE: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
-    b, c, t, mask, out_at = _row_tile(n_rows, length, channels, ROWS, BLOCK)
-    x = tl.load(x_ptr + (b * x_sb + c * x_sc)[:, None] + t[None, :], mask=mask, other=0.0)
+    b, c, t, mask, out_at = _row_tile(n_rows, length, channels, ROWS, BLOCK, ALIGN)
+    x_row = b * _aligned(x_sb, ALIGN) + c * _aligned(x_sc, ALIGN)
+    x = tl.load(x_ptr + x_row[:, None] + t[None, :], mask=mask, other=0.0)
     x = x.to(tl.float32)
     if AFFINE:  # x * scale + shift in fp32, not rounded before the Snake (the twin's two 16-bit ops round twice)
         x = x * tl.load(scale_ptr + c).to(tl.float32)[:, None] + tl.load(shift_ptr + c).to(tl.float32)[:, None]
@@ -581,10 +610,10 @@ def snake(
     alpha = alpha.contiguous()
     scale, shift = (p.contiguous() for p in affine) if affine is not None else (alpha, alpha)  # unread if None
     if out.numel():
-        grid, rows, block = _row_tiles(batch * channels, length)
+        grid, rows, block, align = _row_tiles(batch * channels, length, x.stride(0), x.stride(1))
         _snake_kernel[grid](
             x, alpha, scale, shift, out, batch * channels, length, channels, x.stride(0), x.stride(1),
-            AFFINE=affine is not None, ROWS=rows, BLOCK=block, num_warps=4,
+            AFFINE=affine is not None, ROWS=rows, BLOCK=block, ALIGN=align, num_warps=4,
         )  # fmt: skip
     return out
 
@@ -666,10 +695,12 @@ def cached_attention(
 
 @triton.jit(do_not_specialize=["n_rows", "length", "channels", "x_sb", "x_sc"])
 def _snake_beta_kernel(
-    x_ptr, la_ptr, lb_ptr, out_ptr, n_rows, length, channels, x_sb, x_sc, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr, la_ptr, lb_ptr, out_ptr, n_rows, length, channels, x_sb, x_sc,
+    ROWS: tl.constexpr, BLOCK: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
-    b, c, t, mask, out_at = _row_tile(n_rows, length, channels, ROWS, BLOCK)
-    x = tl.load(x_ptr + (b * x_sb + c * x_sc)[:, None] + t[None, :], mask=mask, other=0.0).to(tl.float32)
+    b, c, t, mask, out_at = _row_tile(n_rows, length, channels, ROWS, BLOCK, ALIGN)
+    x_row = b * _aligned(x_sb, ALIGN) + c * _aligned(x_sc, ALIGN)
+    x = tl.load(x_ptr + x_row[:, None] + t[None, :], mask=mask, other=0.0).to(tl.float32)
     alpha = tl.exp(tl.load(la_ptr + c).to(tl.float32))[:, None]
     inv_beta = (1.0 / (tl.exp(tl.load(lb_ptr + c).to(tl.float32)) + 1e-9))[:, None]
     s = _sin(x * alpha)
@@ -688,10 +719,10 @@ def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor)
     batch, _, length = x.shape
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if out.numel():
-        grid, rows, block = _row_tiles(batch * channels, length)
+        grid, rows, block, align = _row_tiles(batch * channels, length, x.stride(0), x.stride(1))
         _snake_beta_kernel[grid](
             x, log_alpha, log_beta, out, batch * channels, length, channels, x.stride(0), x.stride(1),
-            ROWS=rows, BLOCK=block, num_warps=4,
+            ROWS=rows, BLOCK=block, ALIGN=align, num_warps=4,
         )  # fmt: skip
     return out
 
@@ -824,15 +855,16 @@ def counter_uniform(seeds: torch.Tensor, steps: torch.Tensor, count: int) -> tor
 def _bias_residual_kernel(
     y_ptr, bias_ptr, res_ptr, s_ptr, alpha_ptr, scale_ptr, shift_ptr, n_rows, length, channels, y_sb, y_sc, r_sb, r_sc,
     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, KEEP: tl.constexpr, SNAKE: tl.constexpr,
-    AFFINE: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+    AFFINE: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
-    b, c, t, mask, out_at = _row_tile(n_rows, length, channels, ROWS, BLOCK)
-    y_at = y_ptr + (b * y_sb + c * y_sc)[:, None] + t[None, :]
+    b, c, t, mask, out_at = _row_tile(n_rows, length, channels, ROWS, BLOCK, ALIGN)
+    y_at = y_ptr + (b * _aligned(y_sb, ALIGN) + c * _aligned(y_sc, ALIGN))[:, None] + t[None, :]
     y = tl.load(y_at, mask=mask, other=0.0)
     if HAS_BIAS:  # torch's conv bias add_, rounded
         y = (y.to(tl.float32) + tl.load(bias_ptr + c).to(tl.float32)[:, None]).to(y_ptr.dtype.element_ty)
     if HAS_RESIDUAL:
-        r = tl.load(res_ptr + (b * r_sb + c * r_sc)[:, None] + t[None, :], mask=mask, other=0.0)
+        r_row = b * _aligned(r_sb, ALIGN) + c * _aligned(r_sc, ALIGN)
+        r = tl.load(res_ptr + r_row[:, None] + t[None, :], mask=mask, other=0.0)
         y = (r.to(tl.float32) + y.to(tl.float32)).to(y_ptr.dtype.element_ty)
     if KEEP:
         tl.store(y_at, y, mask=mask)
@@ -860,15 +892,15 @@ def _bias_residual_(
     batch, channels, length = y.shape
     out = torch.empty(y.shape, dtype=y.dtype, device=y.device) if snake is not None else None
     if y.numel():
-        grid, rows, block = _row_tiles(batch * channels, length)
         r = residual if residual is not None else y  # unread without a residual
+        grid, rows, block, align = _row_tiles(batch * channels, length, *y.stride()[:2], *r.stride()[:2])
         alpha, affine = snake if snake is not None else (y, None)  # unread without a Snake
         scale, shift = (p.contiguous() for p in affine) if affine is not None else (y, y)
         _bias_residual_kernel[grid](
             y, bias if bias is not None else y, r, out if out is not None else y, alpha.contiguous(), scale, shift,
             batch * channels, length, channels, y.stride(0), y.stride(1), r.stride(0), r.stride(1),
             HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, KEEP=keep, SNAKE=snake is not None,
-            AFFINE=affine is not None, ROWS=rows, BLOCK=block, num_warps=4,
+            AFFINE=affine is not None, ROWS=rows, BLOCK=block, ALIGN=align, num_warps=4,
         )  # fmt: skip
     return out
 
@@ -998,21 +1030,44 @@ def causal_conv_transpose_snake(
     return done[0], done[1]
 
 
+# The depthwise conv's ALIGN at most (benchmarks/vae_bench.py --dwconv-align weighs it): its taps but the last are
+# shifted by frames that ALIGN does not divide, and where Triton gives a thread ALIGN adjacent frames such a tap
+# becomes ALIGN 16-bit loads, each a strided access. VoxCPM2's 18 convs at B=1,024 on an H200 (h200-2026-12-02, call
+# 2) summed 10.91 ms at 1 (no hint), 8.71 at 2, 8.02 at 4 and 10.23 at 8; at 4 the long rows move ~1.9 TB/s.
+DWCONV_ALIGN = 4
+
+
+@triton.jit
+def _dwconv_taps(x_row, ctx_row, w_ptr, c, t, mask, K: tl.constexpr, DIL: tl.constexpr, CONTEXT: tl.constexpr):
+    """A tile's depthwise conv, summed in fp32 over the K taps. With CONTEXT (a tile that starts within the causal
+    context) frames before 0 come from the context; the other tiles, nearly all of them, load x alone."""
+    CTX: tl.constexpr = (K - 1) * DIL
+    acc = tl.zeros(mask.shape, dtype=tl.float32)
+    for k in tl.static_range(K):
+        i = (t + (k * DIL - CTX))[None, :]  # input frame of tap k
+        if CONTEXT:
+            xv = tl.load(x_row + i, mask=mask & (i >= 0), other=0.0)
+            cv = tl.load(ctx_row + CTX + i, mask=mask & (i < 0), other=0.0)
+            v = tl.where(i >= 0, xv, cv)
+        else:
+            v = tl.load(x_row + i, mask=mask, other=0.0)
+        acc += tl.load(w_ptr + c * K + k).to(tl.float32)[:, None] * v.to(tl.float32)
+    return acc
+
+
 @triton.jit(do_not_specialize=["n_rows", "length", "channels", "x_sb", "x_sc", "c_sb", "c_sc"])
 def _dwconv_snake_kernel(
     x_ptr, ctx_ptr, w_ptr, bias_ptr, alpha_ptr, out_ptr, n_rows, length, channels, x_sb, x_sc, c_sb, c_sc,
     K: tl.constexpr, DIL: tl.constexpr, HAS_BIAS: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
-    CTX: tl.constexpr = (K - 1) * DIL
-    b, c, t, mask, out_at = _row_tile(n_rows, length, channels, ROWS, BLOCK)
-    x_row = x_ptr + (b * x_sb + c * x_sc)[:, None]
+    b, c, t, mask, out_at = _row_tile(n_rows, length, channels, ROWS, BLOCK, ALIGN)
+    x_row = x_ptr + (b * _aligned(x_sb, ALIGN) + c * _aligned(x_sc, ALIGN))[:, None]
     ctx_row = ctx_ptr + (b * c_sb + c * c_sc)[:, None]
-    acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
-    for k in tl.static_range(K):
-        i = (t + (k * DIL - CTX))[None, :]  # input frame of tap k; frames before 0 come from the context
-        xv = tl.load(x_row + i, mask=mask & (i >= 0), other=0.0)
-        cv = tl.load(ctx_row + CTX + i, mask=mask & (i < 0), other=0.0)
-        acc += tl.load(w_ptr + c * K + k).to(tl.float32)[:, None] * tl.where(i >= 0, xv, cv).to(tl.float32)
+    if tl.program_id(1) * BLOCK < (K - 1) * DIL:
+        acc = _dwconv_taps(x_row, ctx_row, w_ptr, c, t, mask, K, DIL, True)
+    else:
+        acc = _dwconv_taps(x_row, ctx_row, w_ptr, c, t, mask, K, DIL, False)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + c).to(tl.float32)[:, None]
     y = acc.to(out_ptr.dtype.element_ty).to(tl.float32)  # the conv's output rounding, as in the twin
@@ -1042,11 +1097,12 @@ def causal_conv_snake(
         return causal_conv_snake_torch(x, context, weight, bias, dilation, alpha)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if out.numel():
-        grid, rows, block = _row_tiles(batch * channels, length)
+        grid, rows, block, align = _row_tiles(batch * channels, length, x.stride(0), x.stride(1))
         _dwconv_snake_kernel[grid](
             x, context, weight.contiguous(), bias if bias is not None else weight, alpha.contiguous(), out,
             batch * channels, length, channels, x.stride(0), x.stride(1), context.stride(0), context.stride(1),
-            K=kernel, DIL=dilation, HAS_BIAS=bias is not None, ROWS=rows, BLOCK=block, num_warps=4,
+            K=kernel, DIL=dilation, HAS_BIAS=bias is not None, ROWS=rows, BLOCK=block, ALIGN=min(align, DWCONV_ALIGN),
+            num_warps=4,
         )  # fmt: skip
     return out
 
@@ -1168,11 +1224,13 @@ def guided_euler_(
 @triton.jit(do_not_specialize=["q_sb", "q_ss", "k_sb", "k_ss", "v_sb", "v_ss"])
 def _dense_attention_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, scale, q_sb, q_ss, k_sb, k_ss, v_sb, v_ss,
-    S: tl.constexpr, S_P: tl.constexpr, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
+    S: tl.constexpr, S_P: tl.constexpr, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
     """One program per (row, kv head): its G query heads x S positions form one [G*S_P, D] tile against the
     head's [S_P, D] keys and values; softmax in fp32, P rounded to the input dtype for the PV product (as
     flash-attn does)."""
+    q_sb, q_ss, k_sb, k_ss = _aligned(q_sb, ALIGN), _aligned(q_ss, ALIGN), _aligned(k_sb, ALIGN), _aligned(k_ss, ALIGN)
+    v_sb, v_ss = _aligned(v_sb, ALIGN), _aligned(v_ss, ALIGN)
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     m = tl.arange(0, G * S_P)
@@ -1216,6 +1274,7 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
         _dense_attention_kernel[(batch, kv_heads)](
             q, k, v, out, scale, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             S=seq, S_P=seq_p, H=heads, G=group, D=dim, num_warps=warps,
+            ALIGN=_alignment(*q.stride()[:2], *k.stride()[:2], *v.stride()[:2]),
         )  # fmt: skip
     return out
 
@@ -1245,13 +1304,15 @@ def _rotated(base, pos, ok, cos_ptr, sin_ptr, D: tl.constexpr):
 def _rope_attention_kernel(
     q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, o_ptr, s_ptr, scale, q_sb, q_ss, k_sb, k_ss, v_sb, v_ss,
     S: tl.constexpr, S_P: tl.constexpr, KEEP: tl.constexpr, H: tl.constexpr, HKV: tl.constexpr,
-    HKV_P: tl.constexpr, G: tl.constexpr, GB: tl.constexpr, D: tl.constexpr, FP8: tl.constexpr,
+    HKV_P: tl.constexpr, G: tl.constexpr, GB: tl.constexpr, D: tl.constexpr, FP8: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
     """_dense_attention_kernel's tiles (one program per (row, kv head, block of GB of its G query heads): those heads
     x S positions against the kv head's keys and values), q and k rotated as they are loaded, and only the row's last
     KEEP positions written, as rows b * KEEP + i of o [B * KEEP, H * D]: in the input dtype, or with FP8 as e4m3
     scaled by the row's bound (s [B * KEEP]; bounded_fp8_rows_torch, whose IEEE roundings these repeat), which is
     known before any output is."""
+    q_sb, q_ss, k_sb, k_ss = _aligned(q_sb, ALIGN), _aligned(q_ss, ALIGN), _aligned(k_sb, ALIGN), _aligned(k_ss, ALIGN)
+    v_sb, v_ss = _aligned(v_sb, ALIGN), _aligned(v_ss, ALIGN)
     b = tl.program_id(0).to(tl.int64)
     kv_head, head_block = tl.program_id(1), tl.program_id(2)
     m = tl.arange(0, GB * S_P)
@@ -1315,20 +1376,26 @@ def rope_attention_pays(q: torch.Tensor, k: torch.Tensor) -> bool:
     return q.shape[0] * k.shape[2] >= MANY_PROGRAMS
 
 
+# (warps, max registers) of the fused attention on grids of MANY_PROGRAMS programs or more: the best of the launches of
+# the whole group that rope_attention_bench --sweep weighs, at B=1,024's LocDiT shapes on an H200 (FP8 rows, 11
+# positions; h200-2026-12-02, call 3, with the alignment hint): 0.1341 ms a call against 0.1364 at 4 warps with
+# ptxas's own allocation (255 registers, spilling) and 0.1954 at 8 (bf16: 0.1233, 0.1225, 0.178).
+ROPE_ATTENTION_LARGE_GRID = (8, 128)
+
+
 def rope_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, scale: float, keep: int,
     fp8: bool, warps: int | None = None, heads_per_program: int | None = None, max_registers: int | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """kernels.rope_attention_torch for operands rope_attention_fits lets through. `warps` (benchmarks sweep it): by
-    default dense_attention's choice for the tile, 4 on large grids (at B=1,024's LocDiT shapes on an H200 4 took
-    0.163 ms a call, 8 took 0.219 and 2 took 2.67: benchmarks/results/h200-2026-12-01, call 2), else 8.
+    """kernels.rope_attention_torch for operands rope_attention_fits lets through. `warps` and `max_registers`
+    (benchmarks sweep them): by default ROPE_ATTENTION_LARGE_GRID on large grids, else dense_attention's warps for
+    the tile and ptxas's own allocation.
     `heads_per_program` (a power of two dividing the group; by default the whole group, each kv head's queries in one
     program): smaller blocks make smaller tiles and more programs, for the benchmark to weigh against the kv head's
-    loads each block repeats. At B=1,024 the kernel moves ~0.65 TB/s, and ptxas (sm_90a, VoxCPM2's LocDiT shapes,
-    FP8 rows) gives the whole group at 4 warps 255 registers with 124 bytes spilled, two programs an SM; half of it 194
-    registers, no spills; one head at 1 warp 200 (benchmarks/results/h200-2026-12-01b, README). `max_registers`
-    (ptxas's maxnreg; by default its own choice) trades spills for programs an SM: at 128 the whole group spills 1,032
-    bytes, half of it 260, and each holds four programs an SM."""
+    loads each block repeats. `max_registers` (ptxas's maxnreg) trades spills for programs an SM. ptxas (sm_90a,
+    VoxCPM2's LocDiT shapes, FP8 rows, the strides hinted aligned) gives the whole group at 4 warps 255 registers with
+    108 bytes spilled, two programs an SM; at 8 warps and 128 registers 44 bytes spilled. At B=1,024 the kernel moves
+    ~1.2 TB/s (~0.65 before its strides were hinted aligned: h200-2026-12-02, calls 1 and 3)."""
     batch, seq, heads, dim = q.shape
     kv_heads = k.shape[2]
     group = heads // kv_heads
@@ -1338,11 +1405,14 @@ def rope_attention(
     row_scale = torch.empty(batch, keep, 1, device=q.device, dtype=torch.float32) if fp8 else out
     if batch:
         seq_p, programs = max(16, triton.next_power_of_2(seq)), batch * kv_heads * (group // block)
+        if warps is None and max_registers is None and programs >= MANY_PROGRAMS:
+            warps, max_registers = ROPE_ATTENTION_LARGE_GRID
         _rope_attention_kernel[(batch, kv_heads, group // block)](
             q, k, v, cos, sin, out, row_scale, scale,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             S=seq, S_P=seq_p, KEEP=keep, H=heads, HKV=kv_heads, HKV_P=triton.next_power_of_2(kv_heads), G=group,
-            GB=block, D=dim, FP8=fp8, num_warps=warps or _attention_warps(block * seq_p * dim, programs),
+            GB=block, D=dim, FP8=fp8, ALIGN=_alignment(*q.stride()[:2], *k.stride()[:2], *v.stride()[:2]),
+            num_warps=warps or _attention_warps(block * seq_p * dim, programs),
             **({"maxnreg": max_registers} if max_registers else {}),
         )  # fmt: skip
     return (out, row_scale) if fp8 else out
