@@ -113,7 +113,7 @@ def _registers(stack: MiniCPM4Config, keep: int) -> None:
         signature = {name: "*bf16" for name in pointers} | {"o_ptr": "*fp8e4nv" if fp8 else "*bf16"}
         signature |= {"s_ptr": "*fp32" if fp8 else "*bf16", "scale": "fp32"} | {name: "i32" for name in strides}
         constants = {"S": seq, "S_P": 16, "KEEP": keep, "H": heads, "HKV": kv_heads, "HKV_P": kv_heads, "G": group}
-        constants |= {"GB": block, "D": dim, "FP8": fp8}
+        constants |= {"GB": block, "D": dim, "FP8": fp8, "ALIGN": 8}  # the engine's strides: multiples of 8
         signature |= {name: "constexpr" for name in constants}
         source = ASTSource(fn=triton_ops._rope_attention_kernel, signature=signature, constexprs=constants)
         options = {"num_warps": warps} | ({"maxnreg": registers} if registers else {})

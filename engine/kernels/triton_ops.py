@@ -1287,17 +1287,17 @@ def _attention_warps(tile: int, programs: int) -> int:
 @triton.jit
 def _rotated(base, pos, ok, cos_ptr, sin_ptr, D: tl.constexpr):
     """Heads at base[i] [rows, D] (positions pos[i]) rotated as rope_torch rotates them (fp32, rounded back to the
-    input dtype, as rope_qk stores them), as (first halves, second halves) [rows, D / 2]; rows not `ok` are zeros."""
+    input dtype, as rope_qk stores them), as (first halves, second halves) [rows, D / 2]; rows not `ok` are zeros.
+    The tables' rows repeat their first half (rotate-half RoPE: see rope_attention_fits), so only that half is read:
+    the table loads were two thirds of the kernel's loads, every (head, position) reading its position's row."""
     half = tl.arange(0, D // 2)[None, :]
     at = pos[:, None] * D + half
     x1 = tl.load(base + half, mask=ok, other=0.0)
     x2 = tl.load(base + D // 2 + half, mask=ok, other=0.0)
-    cos1 = tl.load(cos_ptr + at, mask=ok, other=0.0).to(tl.float32)
-    cos2 = tl.load(cos_ptr + at + D // 2, mask=ok, other=0.0).to(tl.float32)
-    sin1 = tl.load(sin_ptr + at, mask=ok, other=0.0).to(tl.float32)
-    sin2 = tl.load(sin_ptr + at + D // 2, mask=ok, other=0.0).to(tl.float32)
+    cos = tl.load(cos_ptr + at, mask=ok, other=0.0).to(tl.float32)
+    sin = tl.load(sin_ptr + at, mask=ok, other=0.0).to(tl.float32)
     x1f, x2f = x1.to(tl.float32), x2.to(tl.float32)
-    return (x1f * cos1 - x2f * sin1).to(x1.dtype), (x2f * cos2 + x1f * sin2).to(x1.dtype)
+    return (x1f * cos - x2f * sin).to(x1.dtype), (x2f * cos + x1f * sin).to(x1.dtype)
 
 
 @triton.jit(do_not_specialize=["q_sb", "q_ss", "k_sb", "k_ss", "v_sb", "v_ss"])
@@ -1350,7 +1350,9 @@ def rope_attention_fits(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> bool:
     """Whether the fused kernel takes these operands (as Attention.forward has them: views of one qkv GEMM output,
-    tables [S, 1, D] in q's dtype); kernels.rope_attention runs the passes it fuses otherwise."""
+    tables [S, 1, D] in q's dtype); kernels.rope_attention runs the passes it fuses otherwise. The kernel reads each
+    table row's first half only: the tables must be rotate-half RoPE's, cat(freqs, freqs) (every stack that reaches
+    it builds them so: minicpm4.LongRoPE, which checks it), a property not tested here (a device-side compare)."""
     batch, seq, heads, dim = q.shape
     kv_heads = k.shape[2]
     group = heads // kv_heads if kv_heads else 0
@@ -1376,11 +1378,12 @@ def rope_attention_pays(q: torch.Tensor, k: torch.Tensor) -> bool:
     return q.shape[0] * k.shape[2] >= MANY_PROGRAMS
 
 
-# (warps, max registers) of the fused attention on grids of MANY_PROGRAMS programs or more: the best of the launches of
-# the whole group that rope_attention_bench --sweep weighs, at B=1,024's LocDiT shapes on an H200 (FP8 rows, 11
-# positions; h200-2026-12-02, call 3, with the alignment hint): 0.1341 ms a call against 0.1364 at 4 warps with
-# ptxas's own allocation (255 registers, spilling) and 0.1954 at 8 (bf16: 0.1233, 0.1225, 0.178).
-ROPE_ATTENTION_LARGE_GRID = (8, 128)
+# (warps, heads a program, max registers) of the fused attention where a kv head a row makes MANY_PROGRAMS programs or
+# more: the best of the 18 launches rope_attention_bench --sweep weighs, at B=1,024's LocDiT shapes on an H200 (FP8
+# rows, 11 positions; h200-2026-12-02b, call 1, reading half of each RoPE table row): 0.0921 ms a call, a kv head's 8
+# queries over two programs, against 0.1068 for the best launch of the whole group (8 warps, 96 registers) and 0.0999
+# for ptxas's own allocation (bf16: 0.0938, 0.1039, 0.0998).
+ROPE_ATTENTION_LARGE_GRID = (4, 4, 96)
 
 
 def rope_attention(
@@ -1388,25 +1391,27 @@ def rope_attention(
     fp8: bool, warps: int | None = None, heads_per_program: int | None = None, max_registers: int | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """kernels.rope_attention_torch for operands rope_attention_fits lets through. `warps` and `max_registers`
-    (benchmarks sweep them): by default ROPE_ATTENTION_LARGE_GRID on large grids, else dense_attention's warps for
-    the tile and ptxas's own allocation.
+    (benchmarks sweep them, with `heads_per_program`): by default ROPE_ATTENTION_LARGE_GRID on large grids, else
+    dense_attention's warps for the tile and ptxas's own allocation.
     `heads_per_program` (a power of two dividing the group; by default the whole group, each kv head's queries in one
     program): smaller blocks make smaller tiles and more programs, for the benchmark to weigh against the kv head's
     loads each block repeats. `max_registers` (ptxas's maxnreg) trades spills for programs an SM. ptxas (sm_90a,
-    VoxCPM2's LocDiT shapes, FP8 rows, the strides hinted aligned) gives the whole group at 4 warps 255 registers with
-    108 bytes spilled, two programs an SM; at 8 warps and 128 registers 44 bytes spilled. At B=1,024 the kernel moves
-    ~1.2 TB/s (~0.65 before its strides were hinted aligned: h200-2026-12-02, calls 1 and 3)."""
+    VoxCPM2's LocDiT shapes, FP8 rows, the strides hinted aligned, half table rows) gives the whole group at 4 warps
+    246 registers, two programs an SM; half the group 163 (three), and under ROPE_ATTENTION_LARGE_GRID's cap of 96
+    five, with 432 bytes spilled. At B=1,024 the kernel moves ~1.75 TB/s (~0.65 before its strides were hinted
+    aligned, ~1.2 before it read half table rows: h200-2026-12-02, calls 1 and 3; h200-2026-12-02b, call 1)."""
     batch, seq, heads, dim = q.shape
     kv_heads = k.shape[2]
     group = heads // kv_heads
+    if (warps, heads_per_program, max_registers) == (None, None, None) and batch * kv_heads >= MANY_PROGRAMS:
+        warps, heads_per_program, max_registers = ROPE_ATTENTION_LARGE_GRID
+        heads_per_program = min(heads_per_program, group)
     block = heads_per_program or group
     assert group % block == 0 and block == triton.next_power_of_2(block), (group, block)
     out = torch.empty(batch, keep, heads * dim, device=q.device, dtype=torch.float8_e4m3fn if fp8 else q.dtype)
     row_scale = torch.empty(batch, keep, 1, device=q.device, dtype=torch.float32) if fp8 else out
     if batch:
         seq_p, programs = max(16, triton.next_power_of_2(seq)), batch * kv_heads * (group // block)
-        if warps is None and max_registers is None and programs >= MANY_PROGRAMS:
-            warps, max_registers = ROPE_ATTENTION_LARGE_GRID
         _rope_attention_kernel[(batch, kv_heads, group // block)](
             q, k, v, cos, sin, out, row_scale, scale,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),

@@ -70,6 +70,8 @@ class LongRoPE(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos.copy_(emb.cos() * amplitude)
         self.sin.copy_(emb.sin() * amplitude)
+        # The fused local attention reads only each row's first half (triton_ops.rope_attention_fits).
+        assert all(torch.equal(*t.chunk(2, dim=-1)) for t in (self.cos, self.sin))
 
 
 class Attention(nn.Module):
