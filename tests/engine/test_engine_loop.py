@@ -1,7 +1,8 @@
 """EngineLoop's first-chunk hold (EngineConfig.first_chunk_hold_positions), driven step by step from the test thread
 (standing in for the loop's own): a first chunk waits for the second while a large admission is due, including
 arrivals submitted but not yet queued; it is handed over in order, unchanged; an abort drops it. A burst window:
-its lead admitted at once, the rest once quiet, an abort never ahead of its request. And the loop on its own thread:
+its lead admitted at once, the rest once quiet, an abort never ahead of its request; one cut by its cap leading the
+rest into one step. And the loop on its own thread:
 it trims the heap once per idle spell that follows steps, never while it has work. A large step's chunks: handed over
 while the next step runs (after an abort's end never), the last before the loop waits; a channel that refuses them
 loses its requests after that step, not during it."""
@@ -202,6 +203,62 @@ def test_arrivals_queued_together_at_an_idle_engine_wait_for_quiet_and_a_lone_on
     assert time.monotonic() - start < 0.3
     _step(loop)
     assert [rid for rid, _ in channel.deliveries[-1]] == ["r3"]
+
+
+class ArrivingWhileWaiting(threading.Condition):
+    """The loop's condition on the test's clock: a wait passes at once, the clock moving on to its timeout or to the
+    next arrival (then submitted), whichever comes first."""
+
+    def __init__(self, clock: Clock, arrivals: list[tuple[float, Callable[[], None]]]) -> None:
+        super().__init__()
+        self.clock, self.arrivals = clock, sorted(arrivals, key=lambda arrival: arrival[0])
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None  # a burst window's wait
+        end = self.clock.now + timeout
+        if self.arrivals and self.arrivals[0][0] <= end:
+            self.clock.now, submit = self.arrivals.pop(0)
+            submit()  # the lock is re-entrant: submit() takes it as another thread would
+            return True
+        self.clock.now = end
+        return False
+
+
+@pytest.mark.parametrize("cut", [True, False])
+def test_a_burst_cut_by_the_window_cap_leads_the_rest_into_one_step(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch, cut: bool
+) -> None:
+    """Arrivals queued together at an idle engine wait for quiet (coalesce_ms 50) at most coalesce_max_ms (100). Still
+    arriving at the cap, the window's four go in and lead the rest: the four that come during their step enter the
+    next one together, at the idle budget. A window that went quiet before its cap leads nothing: the four later ones
+    get the decoding budget, two a step."""
+    clock = Clock()
+    monkeypatch.setattr(engine_loop, "time", clock)
+    probe = EngineCore(engine_config(checkpoint)).make_sequence(GenerationRequest(text="hello there"))
+    config = engine_config(
+        checkpoint,
+        max_num_seqs=8,
+        coalesce_ms=50.0,
+        coalesce_max_ms=100.0,
+        max_prefill_tokens=2 * probe.num_prompt,
+        idle_prefill_tokens=4 * probe.num_prompt,
+    )
+    loop, channel = EngineLoop(EngineCore(config)), Recorder()
+    later = (0.040, 0.080) if cut else (0.010, 0.020)  # the window's last arrival 80 ms in: quiet only at 130 ms
+    arrivals = [
+        (clock.now + t, lambda n=n: _submit(loop, channel, n, 2, max_patches=12))
+        for n, t in zip(("r3", "r4"), later, strict=True)
+    ]
+    monkeypatch.setattr(loop, "_cond", ArrivingWhileWaiting(clock, arrivals))
+    _submit(loop, channel, "r1", 1, max_patches=12)
+    _submit(loop, channel, "r2", 1, max_patches=12)
+    assert loop._wait_for_work()
+    assert clock.now == pytest.approx(100.1 if cut else 100.07)  # closed by the cap, or by 50 ms of quiet
+    _step(loop, lambda: [_submit(loop, channel, f"r{i}", 3, max_patches=12) for i in range(5, 9)])
+    assert sorted(rid for rid, _ in channel.deliveries[0]) == ["r1", "r2", "r3", "r4"]
+    _step(loop)
+    started = [rid for rid, item in channel.deliveries[-1] if item is not None and item.index == 0]
+    assert started == (["r5", "r6", "r7", "r8"] if cut else ["r5", "r6"])
 
 
 def test_admission_ahead_counts_the_queue_then_arrivals_within_slots_and_budget(checkpoint: Path) -> None:
