@@ -115,7 +115,10 @@ def _registers(stack: MiniCPM4Config, keep: int) -> None:
         constants = {"S": seq, "S_P": 16, "KEEP": keep, "H": heads, "HKV": kv_heads, "HKV_P": kv_heads, "G": group}
         constants |= {"GB": block, "D": dim, "FP8": fp8, "ALIGN": 8}  # the engine's strides: multiples of 8
         signature |= {name: "constexpr" for name in constants}
-        source = ASTSource(fn=triton_ops._rope_attention_kernel, signature=signature, constexprs=constants)
+        # The pointers 16-byte aligned, as a launch specialises them (torch's allocations; q, k and v are views of
+        # one qkv row at multiples of 8 elements); without it every load is a 16-bit one.
+        aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers) + 2)}
+        source = ASTSource(triton_ops._rope_attention_kernel, signature, constexprs=constants, attrs=aligned)
         options = {"num_warps": warps} | ({"maxnreg": registers} if registers else {})
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
         with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:

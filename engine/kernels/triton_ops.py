@@ -1397,8 +1397,9 @@ def rope_attention(
     program): smaller blocks make smaller tiles and more programs, for the benchmark to weigh against the kv head's
     loads each block repeats. `max_registers` (ptxas's maxnreg) trades spills for programs an SM. ptxas (sm_90a,
     VoxCPM2's LocDiT shapes, FP8 rows, the strides hinted aligned, half table rows) gives the whole group at 4 warps
-    246 registers, two programs an SM; half the group 163 (three), and under ROPE_ATTENTION_LARGE_GRID's cap of 96
-    five, with 432 bytes spilled. At B=1,024 the kernel moves ~1.75 TB/s (~0.65 before its strides were hinted
+    217 registers, two programs an SM; half the group 102, and 96 under ROPE_ATTENTION_LARGE_GRID's cap, none
+    spilled, five programs an SM (reading whole table rows: 255 with 108 bytes spilled, 159, and 96 with 312 spilled).
+    At B=1,024 the kernel moves ~1.75 TB/s (~0.65 before its strides were hinted
     aligned, ~1.2 before it read half table rows: h200-2026-12-02, calls 1 and 3; h200-2026-12-02b, call 1)."""
     batch, seq, heads, dim = q.shape
     kv_heads = k.shape[2]
