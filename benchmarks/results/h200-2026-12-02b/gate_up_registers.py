@@ -18,7 +18,18 @@ from triton.compiler import ASTSource
 from engine.kernels import triton_ops
 
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-LAUNCHES = [(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 8, 4), (64, 128, 4, 3), (128, 128, 4, 3), (256, 64, 8, 3)]
+LAUNCHES = [
+    (128, 128, 8, 3),
+    (128, 128, 8, 4),
+    (128, 64, 8, 4),
+    (128, 64, 8, 2),
+    (64, 128, 4, 3),
+    (64, 128, 4, 2),
+    (64, 64, 4, 3),
+    (64, 64, 4, 4),
+    (128, 128, 4, 3),
+    (256, 64, 8, 3),
+]  # (BM, BK, warps, stages); the first is the engine's
 
 for bm, bk, warps, stages in LAUNCHES:
     signature = {name: "*fp8e4nv" for name in ("a_ptr", "w_ptr", "q_ptr")} | {"sa_ptr": "*fp32", "sw_ptr": "*fp32"}
