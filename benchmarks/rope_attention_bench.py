@@ -17,10 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import re
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -100,11 +97,8 @@ def _launches(group: int, sweep: bool) -> list[Launch]:
 
 def _registers(stack: MiniCPM4Config, keep: int) -> None:
     """ptxas -v's registers and spills of the kernel for every launch of the sweep, compiled for sm_90a offline."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from benchmarks import ptxas
 
-    triton = triton_ops.triton
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     heads, kv_heads, dim, seq = stack.num_attention_heads, stack.num_key_value_heads, stack.head_dim, 11
     group = heads // kv_heads
     pointers = ("q_ptr", "k_ptr", "v_ptr", "cos_ptr", "sin_ptr")
@@ -115,26 +109,12 @@ def _registers(stack: MiniCPM4Config, keep: int) -> None:
         constants = {"S": seq, "S_P": 16, "KEEP": keep, "H": heads, "HKV": kv_heads, "HKV_P": kv_heads, "G": group}
         constants |= {"GB": block, "D": dim, "FP8": fp8, "ALIGN": 8}  # the engine's strides: multiples of 8
         signature |= {name: "constexpr" for name in constants}
-        # The pointers 16-byte aligned, as a launch specialises them (torch's allocations; q, k and v are views of
-        # one qkv row at multiples of 8 elements); without it every load is a 16-bit one.
-        aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers) + 2)}
-        source = ASTSource(triton_ops._rope_attention_kernel, signature, constexprs=constants, attrs=aligned)
+        # The pointers aligned (q, k and v are views of one qkv row at multiples of 8 elements); the strides are not
+        # specialised on (ALIGN stands for them).
         options = {"num_warps": warps} | ({"maxnreg": registers} if registers else {})
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
-            ptx.write(compiled.asm["ptx"])
-            ptx.flush()
-            report = subprocess.run(
-                [str(ptxas), "-v", "--gpu-name", "sm_90a", ptx.name, "-o", "/dev/null"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stderr
-        used = int(re.search(r"Used (\d+) registers", report).group(1))  # type: ignore[union-attr]
-        spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))  # type: ignore[union-attr]
+        found = ptxas.report(triton_ops._rope_attention_kernel, signature, constants, len(pointers) + 2, **options)
         line = {"fp8": fp8, "keep": keep, "warps": warps, "heads_per_program": block, "max_registers": registers}
-        line |= {"registers": used, "spill_bytes": spilled, "programs_per_sm": 65536 // (used * 32 * warps)}
-        print(json.dumps(line))
+        print(json.dumps(line | found))
 
 
 def main() -> None:

@@ -514,22 +514,30 @@ def _gate_up_silu_fp8_kernel(
     tl.store(s_ptr + pid_n * M_OUT + rows, scale, mask=out_ok)
 
 
+# (BM, BK, warps, stages) of the gate/up kernel: the best of five configurations at the LocDiT's shapes on an H200 (M =
+# 11264, K = 1024, N = 4096). ptxas gives it 250 registers a thread and 144 KiB of shared memory, one program an SM
+# (benchmarks/gate_up_bench.py --registers; its --sweep times the others).
+GATE_UP_LAUNCH = (128, 128, 8, 3)
+
+
 def gate_up_silu_fp8(
-    q: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
+    q: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, dtype: torch.dtype,
+    launch: tuple[int, int, int, int] = GATE_UP_LAUNCH,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """kernels.gate_up_silu_fp8_torch for q [M, K] (K a multiple of 128, weight [2N, K] with N one of FP8_BLOCK),
     its rows padded with zeros to a multiple of BLOCK_MLP_ROWS and its block scales a column-major
-    [rows, N / FP8_BLOCK] view: what cuBLAS's block-scaled GEMM takes (kernels.fp8_block_mlp)."""
+    [rows, N / FP8_BLOCK] view: what cuBLAS's block-scaled GEMM takes (kernels.fp8_block_mlp). `launch`: (BM, BK,
+    warps, stages), for benchmarks to weigh against GATE_UP_LAUNCH."""
     (m, k), n = q.shape, weight.shape[0] // 2
     m_out = -(-m // BLOCK_MLP_ROWS) * BLOCK_MLP_ROWS
     h = torch.empty(m_out, n, device=q.device, dtype=q.dtype)
     h_scale = torch.empty(n // FP8_BLOCK, m_out, device=q.device, dtype=torch.float32)
     if m_out:
-        # The best of five configurations at the LocDiT's shapes on an H200 (M = 11264, K = 1024, N = 4096).
-        grid = (triton.cdiv(m_out, 128) * (n // FP8_BLOCK),)
+        bm, bk, warps, stages = launch
+        grid = (triton.cdiv(m_out, bm) * (n // FP8_BLOCK),)
         _gate_up_silu_fp8_kernel[grid](
             q, weight, scale, weight_scale, h, h_scale, m, m_out, n, k,
-            BM=128, BN=FP8_BLOCK, BK=128, GROUP_M=8, ROUND=_ROUND[dtype], num_warps=8, num_stages=3,
+            BM=bm, BN=FP8_BLOCK, BK=bk, GROUP_M=8, ROUND=_ROUND[dtype], num_warps=warps, num_stages=stages,
         )  # fmt: skip
     return h, h_scale.t()
 
