@@ -25,7 +25,8 @@ adapter in the middle of every burst. Every line gives the worst gap between two
     python benchmarks/bench_engine.py --model CKPT --steps 60 --concurrency 256 --loras 8 --hot-load
 
 `--fp8-gemms on` runs the LocDiT's GEMMs in FP8 (EngineConfig.fp8_gemms), `--fp8-backbone on` the LocEnc's and
-LMs' (EngineConfig.fp8_backbone); every line says which (`fp8_gemms`, `fp8_backbone`).
+LMs' (EngineConfig.fp8_backbone), from `--fp8-backbone-min-rows` rows per call where given; every line says which
+(`fp8_gemms`, `fp8_backbone`, `fp8_backbone_min_rows`).
 `--pace-admissions off` turns the engine's admission pacing (engine/pacing.py) off, for an A/B of a burst's gaps and
 TTFB; every line says which (`pace_admissions`).
 """
@@ -102,9 +103,12 @@ async def main(args: argparse.Namespace) -> None:
         pace_admissions=args.pace_admissions == "on",
         fp8_gemms=args.fp8_gemms == "on",
         fp8_backbone=args.fp8_backbone == "on",
+        fp8_backbone_min_rows=args.fp8_backbone_min_rows,
         pacing_margin_ms=args.pacing_margin_ms,
         max_prefill_tokens=args.max_prefill_tokens,
         idle_prefill_tokens=args.idle_prefill_tokens,
+        coalesce_ms=args.coalesce_ms,
+        coalesce_max_ms=args.coalesce_max_ms,
         pacing_max_hold_ms=args.pacing_max_hold_ms,
         step_trace=args.step_trace,
     )
@@ -125,6 +129,7 @@ async def main(args: argparse.Namespace) -> None:
         "prefill_graph_tokens": config.prefill_graph_tokens,
         "fp8_gemms": config.fp8_gemms,
         "fp8_backbone": config.fp8_backbone,
+        "fp8_backbone_min_rows": config.fp8_backbone_min_rows,
         "max_prefill_tokens": config.max_prefill_tokens,
         "idle_prefill_tokens": config.idle_prefill_budget,
         "prompt_positions": engine.core.make_sequence(GenerationRequest(text=args.text)).num_prompt,
@@ -171,6 +176,9 @@ async def main(args: argparse.Namespace) -> None:
             "pacing_margin_ms": config.pacing_margin_ms,
             "fp8_gemms": config.fp8_gemms,
             "fp8_backbone": config.fp8_backbone,
+            "fp8_backbone_min_rows": config.fp8_backbone_min_rows,
+            "coalesce_ms": config.coalesce_ms,
+            "coalesce_max_ms": config.coalesce_max_ms,
         }
         if outliers:
             others = results[outliers:] or results
@@ -212,11 +220,17 @@ if __name__ == "__main__":
     p.add_argument("--pace-admissions", choices=["on", "off"], default="off", help="engine admission pacing (A/B)")
     p.add_argument("--fp8-gemms", choices=["on", "off"], default="off", help="VoxCPM: the LocDiT's GEMMs in FP8")
     p.add_argument("--fp8-backbone", choices=["on", "off"], default="off", help="VoxCPM: the LocEnc's, LMs' too")
+    p.add_argument(
+        "--fp8-backbone-min-rows", type=int, default=0, help="the backbone's FP8 from this many rows (0: FP8_MIN_ROWS)"
+    )
     engine_defaults = EngineConfig(model="")
     p.add_argument("--pacing-margin-ms", type=float, default=engine_defaults.pacing_margin_ms)
     p.add_argument("--pacing-max-hold-ms", type=float, default=engine_defaults.pacing_max_hold_ms)
     p.add_argument("--step-trace", default="", help="append one JSON line per engine step to this file")
     p.add_argument("--max-prefill-tokens", type=int, default=engine_defaults.max_prefill_tokens)
     p.add_argument("--idle-prefill-tokens", type=int, default=engine_defaults.idle_prefill_tokens)
+    # The server's defaults are 5 and 150 (wsserver.config), the engine's alone 1 and 20.
+    p.add_argument("--coalesce-ms", type=float, default=engine_defaults.coalesce_ms)
+    p.add_argument("--coalesce-max-ms", type=float, default=engine_defaults.coalesce_max_ms)
     p.add_argument("--text", default=TEXT, help="every request's text (the prompt's length is the admissions' cost)")
     asyncio.run(main(p.parse_args()))

@@ -56,6 +56,9 @@ class EngineConfig:
     # FP8_MIN_ROWS rows or more (engine/models/layers.py): an admission's prefill, and decode steps of 512 streams and
     # more. Opt-in apart from fp8_gemms: the LMs' error feeds back through every later patch.
     fp8_backbone: bool = False
+    # The backbone's FP8 from this many rows per call instead (0: FP8_MIN_ROWS), e.g. 4096 for the large admissions'
+    # prefills alone, where its GEMMs are most of the time a burst's first audio waits, while decode steps stay bf16.
+    fp8_backbone_min_rows: int = 0
     attention_backend: str = "auto"  # auto | flash_attn | sdpa | torch
     enforce_eager: bool = False  # no CUDA graphs
     # Admissions of up to this many prompt positions (and 8 requests) replay a prefill graph: the time to first

@@ -79,6 +79,7 @@ class ServerConfig:
     first_chunk_hold_positions: int = 1024
     fp8_gemms: bool = False  # VoxCPM: the LocDiT's GEMMs in FP8 (EngineConfig)
     fp8_backbone: bool = False  # VoxCPM: the LocEnc's and LMs' GEMMs in FP8 too (EngineConfig)
+    fp8_backbone_min_rows: int = 0  # ... in calls of this many rows or more (0: the engine's FP8_MIN_ROWS)
     pace_admissions: bool = False  # admit only what the playing streams' buffered audio can spare (EngineConfig)
     pacing_margin_ms: float = 50.0  # audio a stream keeps in hand when admissions are paced (EngineConfig)
     pacing_max_hold_ms: float = 500.0  # paced admissions: the longest the queue's head is held (EngineConfig)
@@ -147,6 +148,7 @@ class ServerConfig:
             first_chunk_hold_positions=self.first_chunk_hold_positions,
             fp8_gemms=self.fp8_gemms,
             fp8_backbone=self.fp8_backbone,
+            fp8_backbone_min_rows=self.fp8_backbone_min_rows,
             pace_admissions=self.pace_admissions,
             pacing_margin_ms=self.pacing_margin_ms,
             pacing_max_hold_ms=self.pacing_max_hold_ms,
@@ -219,6 +221,12 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     )
     option("fp8-gemms", _switch, defaults.fp8_gemms, "on: VoxCPM's LocDiT GEMMs in FP8 (faster; stated drift)")
     option("fp8-backbone", _switch, defaults.fp8_backbone, "on: VoxCPM's LocEnc and LM GEMMs in FP8 too, at batch")
+    option(
+        "fp8-backbone-min-rows",
+        int,
+        defaults.fp8_backbone_min_rows,
+        "--fp8-backbone from this many rows per call (0: 512; 8192: large admissions' prefills alone)",
+    )
     option("pace-admissions", _switch, defaults.pace_admissions, "on: a step admits what playing streams can spare")
     option("pacing-margin-ms", float, defaults.pacing_margin_ms, "paced admissions: audio each stream keeps in hand")
     option("pacing-max-hold-ms", float, defaults.pacing_max_hold_ms, "paced admissions: longest hold of the queue")
@@ -307,6 +315,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         first_chunk_hold_positions=args.first_chunk_hold_positions,
         fp8_gemms=args.fp8_gemms,
         fp8_backbone=args.fp8_backbone,
+        fp8_backbone_min_rows=args.fp8_backbone_min_rows,
         pace_admissions=args.pace_admissions,
         pacing_margin_ms=args.pacing_margin_ms,
         pacing_max_hold_ms=args.pacing_max_hold_ms,

@@ -54,9 +54,8 @@ FP8_MIN_ROWS = 512
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, fp8: Fp8Weight | None) -> torch.Tensor:
-    """kernels.linear, or its FP8 product (kernels.fp8_linear) when `fp8` is given and x has FP8_MIN_ROWS rows or
-    more."""
-    if fp8 is not None and x.numel() >= FP8_MIN_ROWS * x.shape[-1]:
+    """kernels.linear, or its FP8 product (kernels.fp8_linear) when `fp8` is given and multiplies x's rows."""
+    if fp8 is not None and fp8.multiplies(x.numel() // x.shape[-1]):
         return kernels.fp8_linear(x, fp8.weight, fp8.scale, bias)
     return kernels.linear(x, weight, bias)
 
@@ -69,13 +68,19 @@ class Linear(nn.Linear):
 
 
 class Fp8Weight(nn.Module):
-    """A weight [N, K] in e4m3 with one fp32 scale per output feature ([1, N], as torch._scaled_mm takes it)."""
+    """A weight [N, K] in e4m3 with one fp32 scale per output feature ([1, N], as torch._scaled_mm takes it), used
+    for inputs of `min_rows` rows or more (None: FP8_MIN_ROWS)."""
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, min_rows: int | None = None) -> None:
         super().__init__()
         q, scale = kernels.quantize_rows_torch(weight.detach())  # the twin: exact on any device
         self.register_buffer("weight", q, persistent=False)
         self.register_buffer("scale", scale.t().contiguous(), persistent=False)
+        self.min_rows = min_rows
+
+    def multiplies(self, rows: int) -> bool:
+        """Whether a product of `rows` input rows runs in FP8."""
+        return rows >= (FP8_MIN_ROWS if self.min_rows is None else self.min_rows)
 
 
 class Fp8BlockWeight(nn.Module):
@@ -101,11 +106,11 @@ class Fp8Linear(nn.Linear):
     quantised (`forward_fp8`, from a kernel that fused it). The model-dtype weight stays (small batches use it;
     LoRA sites, state-dict paths and dtypes do not change). Inference only."""
 
-    def __init__(self, base: nn.Linear, blocks: bool = False) -> None:
+    def __init__(self, base: nn.Linear, blocks: bool = False, min_rows: int | None = None) -> None:
         nn.Module.__init__(self)
         self.in_features, self.out_features = base.in_features, base.out_features
         self.weight, self.bias = base.weight, base.bias
-        self.fp8 = Fp8Weight(base.weight)
+        self.fp8 = Fp8Weight(base.weight, min_rows)
         # With `blocks` (and both dims multiples of 128), also in 128x128 blocks: for inputs that arrive quantised per
         # 1x128 block (forward_fp8_blocks, from kernels.gate_up_silu_fp8).
         self.fp8_blocks = Fp8BlockWeight(base.weight) if blocks and Fp8BlockWeight.fits(base.weight) else None
@@ -117,7 +122,7 @@ class Fp8Linear(nn.Linear):
 
     def takes_fp8(self, x: torch.Tensor) -> bool:
         """Whether an input like x runs in FP8: a caller that can quantise it in a fused kernel then does."""
-        return x.numel() >= FP8_MIN_ROWS * x.shape[-1]
+        return self.fp8.multiplies(x.numel() // x.shape[-1])
 
     def forward_fp8(self, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         """The product for rows already quantised: q [..., in] e4m3 with scale [..., 1]."""
@@ -138,7 +143,8 @@ def takes_fp8_rows(consumer: nn.Module | None, rows: int) -> bool:
 def multiplies_fp8(consumer: nn.Module | None, rows: int) -> bool:
     """Whether `consumer`'s GEMM runs in FP8 for `rows` input rows, wrapped or not (a LoRA linear over an Fp8Linear
     keeps its FP8 weight as `fp8` too)."""
-    return getattr(consumer, "fp8", None) is not None and rows >= FP8_MIN_ROWS
+    fp8 = getattr(consumer, "fp8", None)
+    return fp8 is not None and fp8.multiplies(rows)
 
 
 def unwrapped(module: nn.Module) -> bool:
@@ -152,9 +158,11 @@ def takes_fp8_blocks(consumer: nn.Module) -> bool:
     return type(consumer) is Fp8Linear and consumer.fp8_blocks is not None
 
 
-def use_fp8_(module: nn.Module, names: tuple[str, ...], blocks: tuple[str, ...] = ()) -> None:
-    """Replace every nn.Linear under `module` whose attribute name is in `names` by its Fp8Linear, with 128x128
-    block-scaled weights too where the name is in `blocks`."""
+def use_fp8_(
+    module: nn.Module, names: tuple[str, ...], blocks: tuple[str, ...] = (), min_rows: int | None = None
+) -> None:
+    """Replace every nn.Linear under `module` whose attribute name is in `names` by its Fp8Linear (FP8 from
+    `min_rows` input rows), with 128x128 block-scaled weights too where the name is in `blocks`."""
     targets = [
         (parent, name)
         for parent in module.modules()
@@ -162,4 +170,4 @@ def use_fp8_(module: nn.Module, names: tuple[str, ...], blocks: tuple[str, ...] 
         if name in names and type(child) in (nn.Linear, Linear)
     ]
     for parent, name in targets:
-        setattr(parent, name, Fp8Linear(getattr(parent, name), blocks=name in blocks))
+        setattr(parent, name, Fp8Linear(getattr(parent, name), blocks=name in blocks, min_rows=min_rows))

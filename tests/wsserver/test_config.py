@@ -117,6 +117,9 @@ def test_fp8_backbone_flag_reaches_the_engine() -> None:
     config = parse_args(["--fp8-backbone", "on"], {}).engine_config("m", "cpu", ())
     assert config.fp8_backbone and not config.fp8_gemms
     assert parse_args([], {"TTSWS_FP8_BACKBONE": "on"}).fp8_backbone
+    assert parse_args([], {}).engine_config("m", "cpu", ()).fp8_backbone_min_rows == 0
+    rows = parse_args(["--fp8-backbone-min-rows", "8192"], {}).engine_config("m", "cpu", ()).fp8_backbone_min_rows
+    assert rows == 8192 and parse_args([], {"TTSWS_FP8_BACKBONE_MIN_ROWS": "4096"}).fp8_backbone_min_rows == 4096
 
 
 def test_step_trace_dir_gives_each_engine_its_file(tmp_path: Path) -> None:

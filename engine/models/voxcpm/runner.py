@@ -127,7 +127,7 @@ class VoxCPMRunner:
             self.model.feat_decoder.estimator.use_fp8()
         if config.fp8_backbone:
             for stack in (self.model.base_lm, self.model.residual_lm, self.model.feat_encoder.encoder):
-                stack.use_fp8()
+                stack.use_fp8(min_rows=config.fp8_backbone_min_rows or None)
         # The LoRA slots (fixed size) before the KV pool, which takes a share of the memory left after them.
         self.lora: LoRAPool | None = None
         if config.max_loras:

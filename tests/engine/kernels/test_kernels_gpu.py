@@ -640,7 +640,10 @@ def test_gate_up_silu_fp8(dtype: torch.dtype, m: int, k: int, n: int, launch: tu
     own precision), so a gate or up value can round to the other side of a 16-bit step, a block's amax with it, and
     an e4m3 value to the next step. Measured on an H200 (bf16; fp16 is closer): 0.9 % of the scales more than 1 %
     off, none more than 2.8 %; 3.3 % of the e4m3 values one step off; the rows 1.0 % off overall. The bounds leave
-    some room over that. Rows past M, up to a multiple of BLOCK_MLP_ROWS, are zeros."""
+    some room over that, where there are many values: at 1x128 a few large values one step off made the row 4 % off,
+    so there each value is bounded instead: within an e4m3 step (1/8) and its block's scale difference (under 5 %) of
+    the twin's, or below e4m3's normal range (2^-6 of the block's scale). Rows past M, up to a multiple of
+    BLOCK_MLP_ROWS, are zeros."""
     q, scale, w, w_scale = _gate_up_operands(m, k, n)
     h, h_scale = triton_ops.gate_up_silu_fp8(q, scale, w, w_scale.t().contiguous(), dtype, launch)
     h_twin, h_scale_twin = kernels.gate_up_silu_fp8_torch(q, scale, w, w_scale.t(), dtype)
@@ -657,8 +660,12 @@ def test_gate_up_silu_fp8(dtype: torch.dtype, m: int, k: int, n: int, launch: tu
         "rel": _rel(got, want),
     }
     print(f"gate_up_silu_fp8 {m}x{k}x{n} {dtype} {launch}: {stats}")
-    assert stats["scales_over_1pc"] <= 0.02 and stats["scale_rel_max"] < 0.05
-    assert stats["e4m3_differ"] < 0.06 and stats["rel"] < 0.015
+    assert stats["scale_rel_max"] < 0.05
+    if m * n >= 2**16:
+        assert stats["scales_over_1pc"] <= 0.02 and stats["e4m3_differ"] < 0.06 and stats["rel"] < 0.015
+    else:
+        normal = 2**-6 * h_scale_twin.repeat_interleave(kernels.FP8_BLOCK, dim=-1)
+        assert bool(((got - want).abs() <= want.abs() * (1 / 8 + 0.05) + normal).all())
 
 
 @pytest.mark.parametrize(

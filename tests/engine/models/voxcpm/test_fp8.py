@@ -105,6 +105,16 @@ def test_small_batches_multiply_in_the_model_dtype() -> None:
         torch.testing.assert_close(fp8(large), linear(large), rtol=0.1, atol=0.1)
 
 
+def test_a_weights_own_row_minimum_decides() -> None:
+    linear = nn.Linear(32, 48)
+    fp8 = Fp8Linear(linear, min_rows=8)
+    with torch.no_grad():
+        small, large = torch.randn(7, 32), torch.randn(8, 32)
+        assert torch.equal(fp8(small), linear(small)) and not fp8.takes_fp8(small)
+        assert not torch.equal(fp8(large), linear(large)) and fp8.takes_fp8(large)
+        assert layers.multiplies_fp8(fp8, 8) and not layers.multiplies_fp8(fp8, 7)
+
+
 @pytest.mark.usefixtures("fp8_at_any_batch")
 @pytest.mark.parametrize("variant", ["voxcpm2", "voxcpm1.5"])
 def test_fp8_patch_stays_close_on_cpu(variant: str) -> None:
@@ -227,6 +237,15 @@ def test_fp8_backbone_replaces_the_backbone_linears_only(checkpoint: Path) -> No
             assert all(type(linear) is Fp8Linear for linear in linears)
     assert not any(type(module) is Fp8Linear for module in model.feat_decoder.modules())  # fp8_gemms is apart
     assert type(model.feat_encoder.in_proj) is nn.Linear and type(model.enc_to_lm_proj) is nn.Linear
+
+
+def test_fp8_backbone_min_rows_reaches_the_backbone_alone(checkpoint: Path) -> None:
+    config = engine_config(checkpoint, fp8_gemms=True, fp8_backbone=True, fp8_backbone_min_rows=4096)
+    model = EngineCore(config).runner.model
+    backbone = (model.base_lm, model.residual_lm, model.feat_encoder.encoder)
+    assert all(m.fp8.min_rows == 4096 for stack in backbone for m in stack.modules() if type(m) is Fp8Linear)
+    locdit = [m for m in model.feat_decoder.modules() if type(m) is Fp8Linear]
+    assert locdit and all(m.fp8.min_rows is None for m in locdit)
 
 
 @pytest.mark.usefixtures("fp8_at_any_batch")
