@@ -29,6 +29,10 @@ LMs' (EngineConfig.fp8_backbone), from `--fp8-backbone-min-rows` rows per call w
 (`fp8_gemms`, `fp8_backbone`, `fp8_backbone_min_rows`).
 `--pace-admissions off` turns the engine's admission pacing (engine/pacing.py) off, for an A/B of a burst's gaps and
 TTFB; every line says which (`pace_admissions`).
+Once the engine has warmed up, the bench settles its process as the server's engine process does before its first
+request (engine.process.settle_for_serving: what exists leaves the collector's scans, the GIL's switch interval
+shortens); `--settle off` leaves Python's defaults, as the bench had them up to the 2026-12-03 results; every line
+says which (`settle`).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from pathlib import Path
 import torch
 
 from engine import AsyncEngine, EngineConfig, GenerationParams, GenerationRequest
+from engine.process import settle_for_serving
 
 TEXT = "The quick brown fox jumps over the lazy dog while the weather report plays on the radio in the kitchen."
 
@@ -114,6 +119,8 @@ async def main(args: argparse.Namespace) -> None:
     )
     engine = AsyncEngine(config)
     await engine.start()
+    if args.settle == "on":
+        settle_for_serving()
     from engine.lora.make_adapter import make_adapter
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-loras-"))
@@ -133,6 +140,7 @@ async def main(args: argparse.Namespace) -> None:
         "max_prefill_tokens": config.max_prefill_tokens,
         "idle_prefill_tokens": config.idle_prefill_budget,
         "prompt_positions": engine.core.make_sequence(GenerationRequest(text=args.text)).num_prompt,
+        "settle": args.settle == "on",
     }
     print(json.dumps(header | {"sample_rate": sample_rate} | settings), flush=True)
     for _ in range(args.warmup):
@@ -179,6 +187,7 @@ async def main(args: argparse.Namespace) -> None:
             "fp8_backbone_min_rows": config.fp8_backbone_min_rows,
             "coalesce_ms": config.coalesce_ms,
             "coalesce_max_ms": config.coalesce_max_ms,
+            "settle": args.settle == "on",
         }
         if outliers:
             others = results[outliers:] or results
@@ -232,5 +241,11 @@ if __name__ == "__main__":
     # The server's defaults are 5 and 150 (wsserver.config), the engine's alone 1 and 20.
     p.add_argument("--coalesce-ms", type=float, default=engine_defaults.coalesce_ms)
     p.add_argument("--coalesce-max-ms", type=float, default=engine_defaults.coalesce_max_ms)
+    p.add_argument(
+        "--settle",
+        choices=["on", "off"],
+        default="on",
+        help="settle the warmed-up process as the server's engine process does (engine.process.settle_for_serving)",
+    )
     p.add_argument("--text", default=TEXT, help="every request's text (the prompt's length is the admissions' cost)")
     asyncio.run(main(p.parse_args()))

@@ -77,16 +77,22 @@ def eager_token_ladder(max_tokens: int) -> list[int]:
     return sizes
 
 
+PINNED_RESULTS_ALIVE = 3  # result buffers alive at once: a step's and the two steps' before it (cache_pinned_rows)
+
+
 def cache_pinned_rows(max_rows: int, width: int) -> None:
-    """Have torch's pinned host allocator cache two float32 [rows, width] buffers for every batch bucket up to
-    `max_rows`: a step's result buffer is one (`run` takes a fresh one per step, the chunks handed out keep views of
-    it, so a step's and the one before it may be alive together). The allocator keeps a freed pinned buffer for
-    reuse by size class (powers of two); a class first met mid-serve costs the step a pinning allocation (~2.6 and
-    5.4 ms for the first burst's 91-row step on an H200). Consecutive buckets differ by at most 2x, so every row
-    count's class is one of theirs."""
+    """Have torch's pinned host allocator cache PINNED_RESULTS_ALIVE float32 [rows, width] buffers for every batch
+    bucket up to `max_rows`: a step's result buffer is one (`run` takes a fresh one per step, the chunks handed out
+    keep views of it): when a step starts, the last step's chunks wait in the loop's outbox (handed over while this
+    step runs) and a consumer that keeps its latest chunk until the next one comes (bench_engine's, any `async for`)
+    still holds one of the step before (with two cached, the second decode step after a 1,024-request admission took
+    171-175 ms against 153-156 for the rest on an H200: pinning a third 32 MB buffer). The allocator keeps a freed
+    pinned buffer for reuse by size class (powers of two); a class first met mid-serve costs the step a pinning
+    allocation (~2.6 and 5.4 ms for the first burst's 91-row step on an H200). Consecutive buckets differ by at most
+    2x, so every row count's class is one of theirs."""
     for rows in bucket_sizes(max_rows):
-        pair = [torch.empty((rows, width), pin_memory=True) for _ in range(2)]
-        del pair  # both back to the allocator's cache
+        buffers = [torch.empty((rows, width), pin_memory=True) for _ in range(PINNED_RESULTS_ALIVE)]
+        del buffers  # all back to the allocator's cache
 
 
 def bucket_sizes(max_batch: int) -> list[int]:

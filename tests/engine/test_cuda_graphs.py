@@ -7,6 +7,7 @@ cuDNN for their VAE decode, as the graphs do, so the audio is compared bit for b
 
 from __future__ import annotations
 
+import collections
 import functools
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ import torch
 
 from engine import cuda_graphs
 from engine.cuda_graphs import (
+    PINNED_RESULTS_ALIVE,
     PrefillBuckets,
     bucket_sizes,
     cache_pinned_rows,
@@ -375,14 +377,16 @@ def test_mixed_steps_graphed_equal_eager(tiny_checkpoint) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cached_pinned_rows_serve_every_step_without_pinning_more() -> None:
-    """After cache_pinned_rows, a step's result buffer of any row count, with the previous step's still alive, is
-    served from the host allocator's cache."""
+    """After cache_pinned_rows, a step's result buffer of any row count, with the two steps' before it still alive
+    (the last one's chunks in the loop's outbox, a consumer's latest chunk of the one before), is served from the host
+    allocator's cache."""
     width = 7937  # VoxCPM2's packed row: a patch of latents, its audio, the stop flag
     cache_pinned_rows(512, width)
-    before = torch.cuda.host_memory_stats()["num_host_alloc"]
-    previous = None
-    for rows in range(1, 513):
-        current = torch.empty((rows, width), pin_memory=True)
-        previous = current
-    del previous, current
-    assert torch.cuda.host_memory_stats()["num_host_alloc"] == before
+    torch.cuda.init()  # host_memory_stats() is empty until torch.cuda is initialised (pinning alone does not)
+    grown = "num_host_alloc"  # pinned blocks the allocator created
+    before = torch.cuda.host_memory_stats()[grown]
+    alive: collections.deque[torch.Tensor] = collections.deque(maxlen=PINNED_RESULTS_ALIVE)
+    for rows in [*range(1, 513), 512, 512, 512]:
+        alive.append(torch.empty((rows, width), pin_memory=True))
+    alive.clear()
+    assert torch.cuda.host_memory_stats()[grown] == before
