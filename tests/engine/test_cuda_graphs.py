@@ -385,7 +385,8 @@ def test_cached_pinned_rows_serve_every_step_without_pinning_more() -> None:
     torch.cuda.init()  # host_memory_stats() is empty until torch.cuda is initialised (pinning alone does not)
     grown = "num_host_alloc"  # pinned blocks the allocator created
     before = torch.cuda.host_memory_stats()[grown]
-    alive: collections.deque[torch.Tensor] = collections.deque(maxlen=PINNED_RESULTS_ALIVE)
+    # Each new buffer is made while the deque still holds the two before it: PINNED_RESULTS_ALIVE at once.
+    alive: collections.deque[torch.Tensor] = collections.deque(maxlen=PINNED_RESULTS_ALIVE - 1)
     for rows in [*range(1, 513), 512, 512, 512]:
         alive.append(torch.empty((rows, width), pin_memory=True))
     alive.clear()
