@@ -8,6 +8,7 @@ import bisect
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -18,7 +19,7 @@ from engine.lora.format import Adapter, AdapterError, read_adapter
 from engine.models.family import ModelRunner
 from engine.models.registry import load_runner
 from engine.noise import draw_seed
-from engine.outputs import STEP_BUCKETS_S, AudioChunk, EngineError, EngineStats
+from engine.outputs import STEP_BUCKETS_S, AudioChunk, EngineError, EngineStats, FinishReason
 from engine.pacing import AdmissionPacer
 from engine.params import GenerationRequest
 from engine.scheduler import Scheduler
@@ -153,13 +154,18 @@ class EngineCore:
 
         Any failure is fatal: the engine turns unhealthy, drops every request and raises EngineError.
         """
+        return self.step_lazily(while_running).make()
+
+    def step_lazily(self, while_running: Callable[[], None] | None = None) -> StepChunks:
+        """step(), its chunks made when asked: at B=1,024, ~1 ms of the host's time between two steps, while the
+        device waits for the next, that can instead overlap the next step's device work (engine.engine_loop)."""
         if not self.healthy:
             raise EngineError("the engine has failed")
         start = self.clock()
         try:
             batch = self.scheduler.schedule()
             if not batch:
-                return []
+                return StepChunks([], np.empty((0, 0), np.float32), np.empty((0, 0, 0), np.float32))
             admitted = [seq for seq in batch if seq.is_prefill]
             positions = sum(seq.num_prompt for seq in admitted)
             result = self.runner.run(batch, while_running or _nothing)
@@ -167,13 +173,9 @@ class EngineCore:
         except Exception as exc:
             self.fail()
             raise EngineError(f"engine step failed: {exc!r}") from exc
-        # Callers keep latents for a while (continuation prompts): a copy, so that they do not pin the step's
-        # whole host buffer (pinned memory on CUDA). Samples stay views: they are consumed right away.
-        latents = result.latents.copy()
-        chunks = [  # zip: iterating the arrays makes each row's view faster than indexing them (a B=1,024 step)
-            AudioChunk(seq.request_id, seq.num_generated - 1, samples, latent, seq.finish_reason)
-            for seq, samples, latent in zip(result.seqs, result.samples, latents, strict=True)
-        ]
+        # What each chunk says of its request, taken now: before the chunks are made the next step may move it on
+        heads = [(seq.request_id, seq.num_generated - 1, seq.finish_reason) for seq in result.seqs]
+        chunks = StepChunks(heads, result.samples, result.latents)
         seconds = self.clock() - start
         self._record(len(batch), seconds)
         if self.trace is not None:
@@ -228,6 +230,29 @@ class EngineCore:
             return self.runner.encode_audio(wav, padding)
         except ValueError as exc:
             raise EngineError(f"cannot encode audio: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class StepChunks:
+    """One step's chunks, not made yet: each request's id, chunk index and finish reason as the step left them, and
+    the step's host arrays (samples, latents: one row a request; they keep the step's host buffer alive)."""
+
+    heads: list[tuple[str, int, FinishReason | None]]
+    samples: np.ndarray
+    latents: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.heads)
+
+    def make(self) -> list[AudioChunk]:
+        # Callers keep latents for a while (continuation prompts): a copy, so that they do not pin the step's whole
+        # host buffer (pinned memory on CUDA). Samples stay views: they are consumed right away. zip: iterating the
+        # arrays makes each row's view faster than indexing them.
+        rows = zip(self.heads, self.samples, self.latents.copy(), strict=True)
+        return [
+            AudioChunk(request_id, index, samples, latents, reason)
+            for (request_id, index, reason), samples, latents in rows
+        ]
 
 
 def _nothing() -> None:

@@ -19,9 +19,10 @@ engine process (engine.process). It owns the EngineCore; everything else reaches
   wait with it (an abort must not overtake its request). Otherwise arrivals join at the next step boundary.
 - While the next step is due to admit more than `first_chunk_hold_positions` prompt positions, a request's first
   chunk is held back and handed over with its second (EngineConfig says why); an abort drops it.
-- A step's chunks for more than `DEFER_ITEMS` requests are handed over once the next step's device work is queued
-  (`EngineCore.step(while_running=...)`), or before the loop waits if no step follows; anything else handed over
-  (an abort's end, a failure) goes behind them, so that a request's items keep their order.
+- A step's chunks for more than `DEFER_ITEMS` requests are made and handed over once the next step's device work is
+  queued (`EngineCore.step_lazily(while_running=...)`), or before the loop waits if no step follows, or before the
+  loop runs the next commands; anything else handed over (an abort's end, a failure) goes behind them, so that a
+  request's items keep their order.
 - Back-pressure is the consumer's: it sends `Pause` when it lags `max_buffered_chunks` behind and `Resume` once it
   caught up by half (engine.streams). A paused request keeps its KV blocks and slot but is not stepped.
 - Once idle for `HEAP_TRIM_IDLE_S` after a step, the loop gives the host heap's freed memory back to the OS
@@ -42,7 +43,7 @@ from typing import Protocol
 import numpy as np
 
 from engine.config import EngineConfig
-from engine.engine_core import EngineCore
+from engine.engine_core import EngineCore, StepChunks
 from engine.heap import trim_heap
 from engine.lora.format import Adapter
 from engine.outputs import AudioChunk, EngineError, EngineStats
@@ -52,11 +53,11 @@ from engine.sequence import Sequence
 logger = logging.getLogger(__name__)
 
 HEAP_TRIM_IDLE_S = 1.0  # idle this long after a step before the heap is trimmed: a trim can take tens of ms
-# A step's chunks for more requests than this wait for the next step's device work to be queued before they are handed
-# over: their consumers' Python work (an event loop's, the writer threads') would otherwise contend for the GIL with
-# the host's part of the next step while the device waits for it (on an H200, a B=1,024 VoxCPM2 step took 175-177 ms
-# under bench_engine's consumers, 168 without, 169.5-170 with this). A few go at once: one stream's next audio waits
-# for nothing.
+# A step's chunks for more requests than this wait for the next step's device work to be queued before they are made
+# and handed over: their consumers' Python work (an event loop's, the writer threads') would otherwise contend for the
+# GIL with the host's part of the next step while the device waits for it (on an H200, a B=1,024 VoxCPM2 step took
+# 175-177 ms under bench_engine's consumers, 168 without, 169.5-170 with this), and so would making them (~1 ms at
+# B=1,024). A few go at once: one stream's next audio waits for nothing.
 DEFER_ITEMS = 32
 
 # What a channel delivers for one request: a chunk, None (cancelled), or the error that ends it.
@@ -138,6 +139,8 @@ class EngineLoop:
         self._leads: frozenset[str] = frozenset()  # loop thread only: the open burst window's lead(s)
         self._held: dict[str, AudioChunk] = {}  # loop thread only: first chunks held back (first_chunk_hold_positions)
         self._outbox: list[tuple[Channel, str, Item]] = []  # loop thread only: items not handed over yet (_flush)
+        # Loop thread only: the last step's chunks, not made yet, and whether its first chunks are held (_stepped).
+        self._pending: tuple[StepChunks, bool] | None = None
         self._unread: list[str] = []  # loop thread only: requests whose channel refused a hand-over (_drop_unread)
         self._stepped_since_trim = False  # loop thread only
         self._stats: EngineStats = core.stats()  # replaced (never mutated) by the loop thread
@@ -174,9 +177,9 @@ class EngineLoop:
             while self._wait_for_work():
                 self._run_commands()
                 if self.core.has_work():
-                    chunks = self.core.step(while_running=self._flush)
+                    step = self.core.step_lazily(while_running=self._while_running)
                     self._drop_unread()
-                    self._deliver(chunks)
+                    self._stepped(step)
                     self._stepped_since_trim = True
                 self._stats = self.core.stats()
         except EngineError as exc:
@@ -204,6 +207,7 @@ class EngineLoop:
         """Block while idle; an arrival then opens a burst window as its lead, or, the window's lead having finished,
         waits for the rest of its burst (module docstring). False: stop."""
         if not self.core.has_work():  # no step follows at once: what the last one made goes now
+            self._make_pending()
             self._hand_off([])
         with self._cond:
             if self.core.has_work():
@@ -266,6 +270,8 @@ class EngineLoop:
 
     def _run_commands(self) -> None:
         commands, lead, everything = self._take_commands()
+        if commands:  # they see (and an abort's end goes behind) every chunk made so far
+            self._make_pending()
         endings: list[tuple[Channel, str, Item]] = []  # requests these commands end, handed over together
         leads = []
         for command in commands:
@@ -328,8 +334,24 @@ class EngineLoop:
         self._owners[seq.request_id] = channel
         return None
 
-    def _deliver(self, chunks: list[AudioChunk]) -> None:
-        hold = self._hold_first_chunks()
+    def _stepped(self, step: StepChunks) -> None:
+        """A step's chunks: made and handed over now if they are few, else once the next step's device work is queued
+        (DEFER_ITEMS); whether its first chunks are held is decided now, with the next step still to come."""
+        self._pending = (step, self._hold_first_chunks())
+        if len(step) <= DEFER_ITEMS:
+            self._make_pending()
+
+    def _while_running(self) -> None:
+        self._make_pending()
+        self._flush()
+
+    def _make_pending(self) -> None:
+        if self._pending is not None:
+            step, hold = self._pending
+            self._pending = None
+            self._deliver(step.make(), hold)
+
+    def _deliver(self, chunks: list[AudioChunk], hold: bool) -> None:
         items: list[tuple[Channel, str, Item]] = []
         for chunk in chunks:
             channel = self._owners.get(chunk.request_id)
@@ -388,6 +410,7 @@ class EngineLoop:
         with self._cond:
             self._dead = True
             commands, self._commands = self._commands, []
+        self._make_pending()  # the last step's chunks go first, as they would have
         # Unhealthy, its requests dropped, before anyone hears of the failure, so that a failed request sees a
         # consistent stats(): a loop that died between steps would otherwise leave them running in the core forever.
         self.core.fail()

@@ -34,6 +34,7 @@ class Scheduler:
         self.free_slots: list[int] = list(reversed(range(config.max_num_seqs)))
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admitted (RUNNING or PAUSED), in admission order
+        self._paused = 0  # how many of `running` are PAUSED: counted, not summed, as every step and stats() ask
         self.requests: dict[str, Sequence] = {}  # every unfinished request, waiting or admitted
         # Set by the step loop for the next schedule() only: the leads of a burst whose rest is queued now. That step
         # does not count them as decoding, so that the burst lands in one step at the idle budget instead of in waves.
@@ -41,11 +42,17 @@ class Scheduler:
 
     @property
     def num_running(self) -> int:
-        return sum(seq.status is SequenceStatus.RUNNING for seq in self.running)
+        return len(self.running) - self._paused
 
     @property
     def num_paused(self) -> int:
-        return len(self.running) - self.num_running
+        return self._paused
+
+    def _stepped(self) -> list[Sequence]:
+        """The admitted requests the next step decodes: the running ones, in admission order."""
+        if not self._paused:
+            return list(self.running)
+        return [seq for seq in self.running if seq.status is SequenceStatus.RUNNING]
 
     def patch_cap(self, seq: Sequence) -> int:
         """The request's patch cap (LENGTH finish), or ValueError if its prompt can never run.
@@ -90,7 +97,7 @@ class Scheduler:
         queue now: the queue's head run, then theirs, within the free slots and the prefill budget (KV blocks and
         pacing not counted: an upper bound)."""
         prompts = [seq.num_prompt for seq in self.waiting] + arriving
-        full = self._full_budget([seq for seq in self.running if seq.status is SequenceStatus.RUNNING])
+        full = self._full_budget(self._stepped())
         admitted = 0
         for positions in prompts[: len(self.free_slots)]:
             if admitted and admitted + positions > full:
@@ -100,7 +107,7 @@ class Scheduler:
 
     def schedule(self) -> list[Sequence]:
         """The next step's batch: every running request (one decode position each), then admissions."""
-        batch = [seq for seq in self.running if seq.status is SequenceStatus.RUNNING]
+        batch = self._stepped()
         budget = full = self._full_budget(batch)
         if self.pacer is not None and self.waiting:
             paced = self.pacer.budget(batch, self.waiting[0].num_prompt)  # with nobody playing: ends any hold
@@ -161,15 +168,19 @@ class Scheduler:
         seq = self.requests.get(request_id)
         if seq is not None and seq.status is SequenceStatus.RUNNING:
             seq.status = SequenceStatus.PAUSED
+            self._paused += 1
 
     def resume(self, request_id: str) -> None:
         seq = self.requests.get(request_id)
         if seq is not None and seq.status is SequenceStatus.PAUSED:
             seq.status = SequenceStatus.RUNNING
+            self._paused -= 1
             if self.pacer is not None:
                 self.pacer.resumed(seq)
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        if seq.status is SequenceStatus.PAUSED:
+            self._paused -= 1
         if seq.status is not SequenceStatus.WAITING:
             self.block_manager.deallocate(seq)
             self.free_slots.append(seq.slot)

@@ -81,7 +81,7 @@ async def test_one_hand_off_to_the_loop_per_step(engine, monkeypatch):
     loop = asyncio.get_running_loop()
     hand_offs: list[int] = []
     steps: list[int] = []
-    call_soon_threadsafe, step = loop.call_soon_threadsafe, engine.core.step
+    call_soon_threadsafe, step = loop.call_soon_threadsafe, engine.core.step_lazily
 
     def counting_call(callback, *args):
         hand_offs.append(1)
@@ -93,7 +93,7 @@ async def test_one_hand_off_to_the_loop_per_step(engine, monkeypatch):
         return chunks
 
     monkeypatch.setattr(loop, "call_soon_threadsafe", counting_call)
-    monkeypatch.setattr(engine.core, "step", counting_step)
+    monkeypatch.setattr(engine.core, "step_lazily", counting_step)
     results = await asyncio.wait_for(
         asyncio.gather(*(collect(engine, request(f"r{i}", max_patches=6, seed=i)) for i in range(4))), TIMEOUT
     )

@@ -57,10 +57,10 @@ def _submit(loop: EngineLoop, channel: Recorder, request_id: str, seed: int, max
 def _step(loop: EngineLoop, arrivals: Callable[[], None] = lambda: None) -> None:
     """One turn of the loop: queued commands, a step, then (after `arrivals` submit more) the delivery."""
     loop._run_commands()
-    chunks = loop.core.step(while_running=loop._flush)
+    step = loop.core.step_lazily(while_running=loop._while_running)
     loop._drop_unread()
     arrivals()
-    loop._deliver(chunks)
+    loop._stepped(step)
 
 
 def _burst(loop: EngineLoop, channel: Recorder) -> None:

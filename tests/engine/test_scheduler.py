@@ -35,6 +35,8 @@ def check_invariants(scheduler: Scheduler) -> None:
         assert seq.num_generated < seq.max_patches
     for seq in scheduler.waiting:
         assert seq.status is SequenceStatus.WAITING and not seq.block_table and seq.slot == -1
+    paused = sum(seq.status is SequenceStatus.PAUSED for seq in scheduler.running)
+    assert (scheduler.num_paused, scheduler.num_running) == (paused, len(scheduler.running) - paused)
     assert set(scheduler.requests) == {seq.request_id for seq in [*scheduler.waiting, *scheduler.running]}
 
 
