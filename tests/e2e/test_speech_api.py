@@ -127,7 +127,10 @@ async def test_a_client_that_stops_reading_loses_its_request(serve: ServeFactory
                 await asyncio.sleep(0.01)
             started = time.monotonic()
             while running.server.speeches:
-                await asyncio.sleep(0)  # every loop iteration: by the time it is gone, the stall is counted
+                # Not sleep(0): a loop that never idles holds the GIL against the engine's thread (its CPU steps
+                # ran ~17x slower and the request outlived the bound). The server counts the stall and forgets the
+                # request with no await between, so any poll that sees it gone sees the stall counted.
+                await asyncio.sleep(0.01)
                 assert time.monotonic() - started < 15, "a client that does not read kept its request"
             assert running.server.metrics.errors["stalled"] == 1
             await wait_idle(engine, timeout=2)
