@@ -24,8 +24,8 @@ class EngineConfig:
     # player waits for that step, and a burst cut in two waves leaves the first playing one patch while the second's
     # prefill runs, its first chunks held back or its players run dry (on one H200, 512 sessions of 21-position
     # prompts: 390 then 122 admitted over two ~130 ms steps; in one 10,752-position step of ~160 ms, first frames
-    # came ~100 ms sooner, README). 0: as max_prefill_tokens. None: IDLE_POSITIONS_PER_SLOT per slot, at least
-    # 16384, so that a burst filling every slot with sentence-long prompts lands whole (on one H200, 1,024 VoxCPM2
+    # came ~100 ms sooner, docs/benchmarks.md). 0: as max_prefill_tokens. None: IDLE_POSITIONS_PER_SLOT per slot, at
+    # least 16384, so that a burst filling every slot with sentence-long prompts lands whole (on one H200, 1,024 VoxCPM2
     # requests of 90 positions: in 11 waves over 2.3 s, xRT 834 and TTFB p50 963 ms; in one 738 ms step, 880 and 835).
     idle_prefill_tokens: int | None = None
     max_patches: int = 2000  # absolute cap on generated patches per request

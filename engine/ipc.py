@@ -119,7 +119,7 @@ class Receiver(asyncio.Protocol):
     """The event loop's end of a connection: each message that arrives goes to `handler` right from `data_received`,
     whole and in order. Read through an asyncio StreamReader instead, a message cost a task switch and two awaited
     reads; on an idle server those run cold, and each hop of one session's first segment (worker to coordinator and
-    back, engine to worker) took ~0.1-0.2 ms longer (README, "End to end over the WebSocket").
+    back, engine to worker) took ~0.1-0.2 ms longer (docs/benchmarks.md, "End to end over the WebSocket").
 
     Until a handler is set (`hand_to`) messages are held; `first()` waits for the first one (a handshake). `closed`
     resolves once the connection has ended: None when the peer closed it, else what ended it (the socket broke, a

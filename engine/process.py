@@ -6,10 +6,10 @@ making the requests' sequences there, off the step loop), and each connected wor
 items to it, so a worker that is slow to read delays only its own audio, never a step. A small hand-over (one or two
 streams' chunks) the step loop writes itself, as far as the socket takes it without blocking, when nothing is queued
 ahead of it: waking the writer thread, which then waited for the GIL behind the next step's host work, took the
-chunk 0.64-1.26 ms to reach its worker on an H200 (one session; README, "End to end over the WebSocket"). A worker
-that goes away (its socket closes) loses its requests at the next step boundary. The supervisor starts this process
-with `run` as the target (with OMP_WAIT_POLICY=PASSIVE: wsserver.supervisor says why) and stops it by closing `control`
-(or with SIGTERM): open requests then fail with EngineError("engine closed").
+chunk 0.64-1.26 ms to reach its worker on an H200 (one session; docs/benchmarks.md, "End to end over the WebSocket"). A
+worker that goes away (its socket closes) loses its requests at the next step boundary. The supervisor starts this
+process with `run` as the target (with OMP_WAIT_POLICY=PASSIVE: wsserver.supervisor says why) and stops it by closing
+`control` (or with SIGTERM): open requests then fail with EngineError("engine closed").
 
 Messages (tuples, engine.ipc): from a worker `("add", request)`, `("abort", id)`, `("pause", id)`, `("resume", id)`,
 `("encode", call_id, wav, padding)`, `("check", call_id, request)`, `("load_lora", call_id, name, directory)`,

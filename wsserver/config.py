@@ -39,7 +39,8 @@ class EngineDevice:
 
 
 # The most front-end processes the default gives one engine: an H200's 512 Opus streams at 48 kHz (complexity 10) kept
-# 14 workers 74 % busy (README, "End to end over the WebSocket"); a host with more GPUs needs that many per GPU.
+# 14 workers 74 % busy (docs/benchmarks.md, "End to end over the WebSocket"); a host with more GPUs needs that many
+# per GPU.
 WORKERS_PER_ENGINE = 16
 
 
@@ -74,8 +75,8 @@ class ServerConfig:
     # of more prompt positions than an idle step admits (idle_prefill_tokens) comes in two waves, and the step that
     # admits the second is that long (engine step traces on one H200, 512 sessions of 21-position prompts, when an
     # idle step admitted 8,192: 390 then 122 admitted, the second step 141-207 ms). There, in one call, 512 PCM
-    # sessions starved none with 1024 where four runs without starved 218-393 (README, "End to end over the
-    # WebSocket"); 0 turns the hold off.
+    # sessions starved none with 1024 where four runs without starved 218-393 (docs/benchmarks.md, "End to end
+    # over the WebSocket"); 0 turns the hold off.
     first_chunk_hold_positions: int = 1024
     fp8_gemms: bool = False  # VoxCPM: the LocDiT's GEMMs in FP8 (EngineConfig)
     fp8_backbone: bool = False  # VoxCPM: the LocEnc's and LMs' GEMMs in FP8 too (EngineConfig)

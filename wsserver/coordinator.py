@@ -7,14 +7,14 @@ lives in the supervisor and each worker reaches it over a Unix socket (wsserver.
 it for a report when someone asks for the status. Everything here runs on one event loop.
 
 Spares. A worker's ticket costs a round trip to the supervisor before its segment can start (~0.3 ms on an H200's
-host, more on a cold first one: README, "End to end over the WebSocket"). So while the server has room, each worker
-that joined with `spares` holds one slot in advance (wsserver.admission): its next segment takes it at once and tells
-the coordinator (`claim`), which hands the worker a new spare if there is still room. When a ticket has to wait, or a
-spare's engine fails, the coordinator calls the spares back (`revoke`); a worker that has not used its spare by then
-releases it, one that has already claimed it ignores the call. A segment that claims its spare while the call is on
-its way starts ahead of the ticket that waits, by that one round trip. A server with several engines holds no spares:
-a spare is on the engine that had the most room when it was held, and a new context goes to the one that has the
-most when it starts.
+host, more on a cold first one: docs/benchmarks.md, "End to end over the WebSocket"). So while the server has room, each
+worker that joined with `spares` holds one slot in advance (wsserver.admission): its next segment takes it at once and
+tells the coordinator (`claim`), which hands the worker a new spare if there is still room. When a ticket has to wait,
+or a spare's engine fails, the coordinator calls the spares back (`revoke`); a worker that has not used its spare by
+then releases it, one that has already claimed it ignores the call. A segment that claims its spare while the call is on
+its way starts ahead of the ticket that waits, by that one round trip. A server with several engines holds no spares: a
+spare is on the engine that had the most room when it was held, and a new context goes to the one that has the most when
+it starts.
 """
 
 from __future__ import annotations

@@ -17,15 +17,15 @@ worker starts, and starts again after IDLE_S without encoding, at START (or the 
 sessions brings every stream's first chunk at once, the moment a player is closest to running dry, and a worker that
 met it at 10 learnt of its load only after those chunks (on the H200, 85-100 of 512 sessions starved at 0.14 s of
 their audio with a governor that started at 10 and measured over 0.2 s; 1-2 with the complexity fixed at 5; 8, 15 and
-0 in three runs starting at 6, README). A lone stream climbs to the ceiling after one window.
+0 in three runs starting at 6, docs/benchmarks.md). A lone stream climbs to the ceiling after one window.
 
 A burst can also meet a worker that is not idle: one whose few streams keep it at 10 when dozens start at once (a
 benchmark's warm-up level ending less than IDLE_S before its first measured level). On the H200, of four first 512
 levels the ones with the most frames encoded at 10 starved the most (6,419 frames at 10: 460 sessions ran dry, most
 at 0.08 s of their audio, which reads as a worker's turns over its streams' first chunks outlasting the 80 ms each
-had been sent; 2,369: none; README). So each stream's first FIRST_S of audio is encoded at most at START, whatever
-the worker's level: a burst's first chunks go out at the cost a worker starts at, and the level the worker measured
-holds for everything after them. A lone stream's first 0.3 s is encoded at 6 instead of 10.
+had been sent; 2,369: none; docs/benchmarks.md). So each stream's first FIRST_S of audio is encoded at most at START,
+whatever the worker's level: a burst's first chunks go out at the cost a worker starts at, and the level the worker
+measured holds for everything after them. A lone stream's first 0.3 s is encoded at 6 instead of 10.
 """
 
 from __future__ import annotations

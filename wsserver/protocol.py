@@ -154,8 +154,9 @@ Action = RunSegment | AbortSegment | CloseConnection
 # sessions' writers run. A step's chunks reach many sessions of a worker at once: turns of one frame sent every
 # session's first frame soonest, but then each player held a single frame (20 ms) while all the others were handled,
 # and ran dry right after its first (on an H200, 512 sessions: hundreds starved at 0.02 s of their audio). With this
-# cushion, in an A/B on one H200 (README, "End to end over the WebSocket"), 512 PCM sessions starved 0 and 0 against 33
-# and 14, and 512 Opus sessions at complexity 5 starved 2 and 1 against 170 and 132, first frames 17-50 ms sooner.
+# cushion, in an A/B on one H200 (docs/benchmarks.md, "End to end over the WebSocket"), 512 PCM sessions starved 0 and 0
+# against 33 and 14, and 512 Opus sessions at complexity 5 starved 2 and 1 against 170 and 132, first frames 17-50 ms
+# sooner.
 TURN_CUSHION_S = 0.06
 
 
