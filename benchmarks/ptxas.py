@@ -38,6 +38,13 @@ def report(fn: object, signature: dict[str, str], constants: dict[str, object], 
         ).stderr
     used = int(re.search(r"Used (\d+) registers", out).group(1))  # type: ignore[union-attr]
     spilled = int(re.search(r"(\d+) bytes spill stores", out).group(1))  # type: ignore[union-attr]
-    warps, shared_kib = options.get("num_warps", 4), compiled.metadata.shared // 1024
+    # A warp-specialised kernel runs more warps than num_warps asks for (its producer's and consumers' groups).
+    warps, shared_kib = compiled.metadata.num_warps, compiled.metadata.shared // 1024
     programs = min(REGISTERS_PER_SM // (used * 32 * warps), SHARED_KIB_PER_SM // (shared_kib + 1))
-    return {"registers": used, "spill_bytes": spilled, "shared_kib": shared_kib, "programs_per_sm": programs}
+    return {
+        "registers": used,
+        "spill_bytes": spilled,
+        "shared_kib": shared_kib,
+        "programs_per_sm": programs,
+        "warps_run": warps,
+    }
