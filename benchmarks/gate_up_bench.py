@@ -1,8 +1,10 @@
-"""The LocDiT's gate/up GEMM with SiLU*mul and the down projection's e4m3 blocks in its epilogue
+"""The MLPs' gate/up GEMM with SiLU*mul and the down projection's e4m3 blocks in its epilogue
 (`triton_ops.gate_up_silu_fp8`) at batch on the GPU, at the engine's launch (`GATE_UP_LAUNCH`) or, with `--sweep`,
 at each of `LAUNCHES` (BM, BK, warps, stages), against cuBLAS's rowwise FP8 GEMM of the same operands with no epilogue
-(what the product alone costs). Full-size VoxCPM2 LocDiT shapes (K = 1,024, N = 4,096), 22 rows a stream (2 guidance
-rows of 11 positions). One JSON line per (batch, launch): the median time of one call (a CUDA graph of `--repeat`
+(what the product alone costs) and with the SiLU*mul pass that quantises its output after it (the path without the
+fused kernel). Full-size VoxCPM2 LocDiT shapes (K = 1,024, N = 4,096), 22 rows a stream (2 guidance rows of 11
+positions) by default; `--k 2048 --n 6144 --rows-per-stream 90` are VoxCPM2's LMs in a bench burst's admission. One
+JSON line per (batch, launch): the median time of one call (a CUDA graph of `--repeat`
 calls), TFLOP/s, and for the kernel its dequantised output's relative difference from the engine's launch.
 
     python3 benchmarks/gate_up_bench.py --batch 512 1024 [--sweep]
@@ -55,20 +57,23 @@ def _dequantised(h: torch.Tensor, h_scale: torch.Tensor) -> torch.Tensor:
     return (blocks * h_scale.unsqueeze(-1)).view(h.shape)
 
 
-def _measure(batch: int, launches: list[tuple[int, int, int, int]], repeat: int) -> None:
-    rows = batch * ROWS_PER_STREAM
-    x, weight = torch.randn(rows, K, device="cuda") * 2, torch.randn(2 * N, K, device="cuda") / K**0.5
+def _measure(
+    batch: int, launches: list[tuple[int, int, int, int]], repeat: int, k: int, n: int, rows_per_stream: int
+) -> None:
+    rows = batch * rows_per_stream
+    x, weight = torch.randn(rows, k, device="cuda") * 2, torch.randn(2 * n, k, device="cuda") / k**0.5
     q, scale = kernels.quantize_rows_torch(x)
     w, w_scale = kernels.quantize_rows_torch(weight)
     w_scale = w_scale.t().contiguous()  # [1, 2N], as Fp8Linear holds it
-    flop = 2 * rows * K * 2 * N
-    base = {"batch": batch, "rows": rows}
+    flop = 2 * rows * k * 2 * n
+    base = {"batch": batch, "rows": rows, "k": k, "n": n}
 
     def report(line: dict, ms: float) -> None:
         print(json.dumps(base | line | {"ms": round(ms, 4), "tflop_s": round(flop / ms / 1e9, 1)}), flush=True)
 
     gemm = lambda: kernels.fp8_matmul(q, scale, w, w_scale, None, torch.bfloat16)  # noqa: E731
     report({"path": "cublas_gemm_alone"}, _timed(gemm, repeat))
+    report({"path": "cublas_gemm_then_silu_mul_fp8"}, _timed(lambda: kernels.silu_mul_fp8(gemm()), repeat))
     want = _dequantised(*triton_ops.gate_up_silu_fp8(q, scale, w, w_scale, torch.bfloat16))
     for launch in launches:
         run = lambda launch=launch: triton_ops.gate_up_silu_fp8(q, scale, w, w_scale, torch.bfloat16, launch)  # noqa: E731
@@ -105,6 +110,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="calls per graph")
     parser.add_argument("--sweep", action="store_true", help="every launch of LAUNCHES, not the engine's")
     parser.add_argument("--registers", action="store_true", help="ptxas's report per launch (no GPU)")
+    parser.add_argument("--k", type=int, default=K, help="hidden size (VoxCPM2's LMs: 2048)")
+    parser.add_argument("--n", type=int, default=N, help="intermediate size (VoxCPM2's LMs: 6144)")
+    parser.add_argument("--rows-per-stream", type=int, default=ROWS_PER_STREAM, help="an admission: its positions")
     args = parser.parse_args()
     launches = LAUNCHES if args.sweep or args.registers else LAUNCHES[:1]
     if args.registers:
@@ -113,7 +121,7 @@ def main() -> None:
     print(json.dumps({"gpu": torch.cuda.get_device_name()}))
     with torch.no_grad():
         for batch in args.batch:
-            _measure(batch, launches, args.repeat)
+            _measure(batch, launches, args.repeat, args.k, args.n, args.rows_per_stream)
 
 
 if __name__ == "__main__":

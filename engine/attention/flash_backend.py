@@ -57,6 +57,20 @@ class FlashAttention:
                 causal=True,
             )
             return out.squeeze(1)
+        if meta.context_free:
+            # The dense varlen kernel (128-row tiles): with a block table flash-attn takes its split-KV decode
+            # kernel (64-row tiles, keys gathered through the table), 28 of a c=1,024 admission's 531 ms.
+            return self._varlen(
+                q,
+                k,
+                v,
+                cu_seqlens_q=meta.cu_seqlens_q,
+                cu_seqlens_k=meta.cu_seqlens_q,
+                max_seqlen_q=meta.max_seqlen_q,
+                max_seqlen_k=meta.max_seqlen_q,
+                softmax_scale=scale,
+                causal=True,
+            )
         cu_seqlens_k = F.pad(torch.cumsum(meta.seq_lens, 0, dtype=torch.int32), (1, 0))
         return self._varlen(
             q,

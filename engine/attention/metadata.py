@@ -18,3 +18,6 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor  # int64 [N], flat KV slot (block_id * block_size + offset) per new position
     block_tables: torch.Tensor  # int32 [B, max_blocks], padded with a scratch block; read up to seq_lens
     decode_only: bool  # every sequence has exactly one new position
+    # No sequence has K/V cached before this step (whole prompts): its keys are exactly its new positions, so a
+    # backend may attend over the packed k/v as they come instead of gathering them back through the block table.
+    context_free: bool = False

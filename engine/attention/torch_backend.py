@@ -77,18 +77,23 @@ class TorchAttention:
         ctx_lens = seq_lens - q_lens  # positions already in the cache before this step
         num_seqs = seq_lens.numel()
 
-        # K/V of every sequence, padded to max_seqlen_k: gather through the block table.
-        k_pos = torch.arange(meta.max_seqlen_k, device=device)
-        blocks = meta.block_tables[:, k_pos // block_size].long().clamp(min=0)
-        slots = blocks * block_size + k_pos % block_size  # [B, Lk]
-        kv_heads, head_dim = k_cache.shape[-2:]
-        keys = k_cache.view(-1, kv_heads, head_dim)[slots]
-        values = v_cache.view(-1, kv_heads, head_dim)[slots]
-
         # Queries padded to max_seqlen_q; padded rows repeat the last real one and are dropped below.
         q_off = torch.arange(meta.max_seqlen_q, device=device)
         q_index = torch.minimum(cu[:-1, None] + q_off, cu[1:, None] - 1).clamp(min=0)
         queries = q[q_index]  # [B, Lq, H, D]
+
+        if meta.context_free:
+            # Every key is a new position: read them as the queries are (in the cache's dtype, as the gather below
+            # would), with no gather through the block table.
+            k_pos, keys, values = q_off, k.to(k_cache.dtype)[q_index], v.to(v_cache.dtype)[q_index]
+        else:
+            # K/V of every sequence, padded to max_seqlen_k: gather through the block table.
+            k_pos = torch.arange(meta.max_seqlen_k, device=device)
+            blocks = meta.block_tables[:, k_pos // block_size].long().clamp(min=0)
+            slots = blocks * block_size + k_pos % block_size  # [B, Lk]
+            kv_heads, head_dim = k_cache.shape[-2:]
+            keys = k_cache.view(-1, kv_heads, head_dim)[slots]
+            values = v_cache.view(-1, kv_heads, head_dim)[slots]
         q_abs = ctx_lens[:, None] + q_off  # absolute position of each query in its sequence
         mask = (k_pos[None, None, :] <= q_abs[:, :, None]) & (k_pos[None, None, :] < seq_lens[:, None, None])
         # An empty sequence (a graph's padded row) attends its first key slot (the scratch block): with no key at

@@ -481,6 +481,7 @@ class Qwen3Runner:
             slot_mapping=slot_mapping,
             block_tables=packed[4 * n + 4 * b + 1 :].view(b, self.max_blocks_per_seq).int(),
             decode_only=False,
+            context_free=True,  # whole prompts from position 0
         )
         hidden = self.model.talker_forward(x, positions, attn)[last_index]
         self.slot_hidden[slots] = hidden

@@ -70,7 +70,7 @@ class LocDiT(nn.Module):
         """The decoder's GEMMs in FP8 (MiniCPM4.use_fp8): all of the LocDiT's per-token GEMM work but in_proj/out_proj
         (64 features wide) and the per-row time and cond projections, the MLPs block-scaled. Call once, after
         loading."""
-        self.decoder.use_fp8(block_scaled_mlp=True)
+        self.decoder.use_fp8()
 
     def context(self, mu: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-patch constants of the CFG batch: mu [B, mu_dim], cond [B, P, D] -> (mu part [2B, ...], cond tokens)."""

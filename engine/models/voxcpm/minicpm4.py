@@ -202,12 +202,12 @@ class MiniCPM4(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rope = None if config.no_rope else LongRoPE(config, rope_length)
 
-    def use_fp8(self, block_scaled_mlp: bool = False, min_rows: int | None = None) -> None:
+    def use_fp8(self, min_rows: int | None = None) -> None:
         """Run FP8_LINEARS in FP8 (engine/models/layers.Fp8Linear) for inputs of `min_rows` rows or more (None:
-        layers.FP8_MIN_ROWS): call once, after loading, before LoRA. With `block_scaled_mlp`, each MLP's down
-        projection multiplies 1x128 and 128x128 block-scaled operands, which its gate/up GEMM writes
-        (kernels.gate_up_silu_fp8), where both its dims are multiples of 128."""
-        use_fp8_(self, FP8_LINEARS, blocks=("down_proj",) if block_scaled_mlp else (), min_rows=min_rows)
+        layers.FP8_MIN_ROWS): call once, after loading, before LoRA. Each MLP's down projection multiplies 1x128 and
+        128x128 block-scaled operands, which its gate/up GEMM writes (kernels.gate_up_silu_fp8), where both its dims
+        are multiples of 128: no gate/up output and no SiLU*mul pass go through memory."""
+        use_fp8_(self, FP8_LINEARS, blocks=("down_proj",), min_rows=min_rows)
 
     def forward(
         self,

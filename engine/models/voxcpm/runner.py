@@ -581,6 +581,7 @@ class VoxCPMRunner:
                 slot_mapping=slot_mapping,
                 block_tables=block_tables.int(),
                 decode_only=False,
+                context_free=True,  # an admission prefills whole prompts from position 0
             ),
             text_only=text_only,
             adapter=adapter,

@@ -57,13 +57,15 @@ class Pool:
             slot_mapping=torch.tensor(slots),
             block_tables=tables,
             decode_only=all(n == 1 for n in new.values()),
+            context_free=all(self.lens[s] == n for s, n in new.items()),
         )
 
 
 @pytest.mark.parametrize("backend", ["torch", "sdpa"])
 def test_paged_matches_dense_with_cached_context(backend: str) -> None:
-    """Whole prefills, chunked prefills (reading cached context) and decodes, packed together, equal a dense
-    causal attention over each full sequence; so prefill with cached context equals prefill without."""
+    """Whole prefills (the first step: context-free), chunked prefills (reading cached context) and decodes, packed
+    together, equal a dense causal attention over each full sequence; so prefill with cached context equals prefill
+    without."""
     attention = get_attention_backend(backend, "cpu")
     gen = torch.Generator().manual_seed(1)
     lengths = {0: 11, 1: 3, 2: 17}
@@ -122,12 +124,14 @@ def test_decode_step_over_many_sequences() -> None:
         torch.testing.assert_close(out[i], expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("context_free", [False, True])
 @pytest.mark.parametrize("backend", ["torch", "sdpa"])
-def test_padded_prefill_stays_finite(backend: str) -> None:
+def test_padded_prefill_stays_finite(backend: str, context_free: bool) -> None:
     """A prefill padded as a graph pads it: positions past the last sequence and empty sequences, their K/V
     written into a scratch block that the padded block-table columns point at. The real sequences' rows equal
     the dense attention and every row is finite (NaN in the scratch block would reach real rows through the zero
-    weights of the masked keys they gather)."""
+    weights of the masked keys they gather), whether the keys are gathered back from the cache or, these being whole
+    prompts (`context_free`), read as they come."""
     attention = get_attention_backend(backend, "cpu")
     gen = torch.Generator().manual_seed(3)
     scratch, lengths, tokens = 9, [5, 3], 12  # blocks 0..8 for the sequences, 9 is scratch
@@ -144,6 +148,7 @@ def test_padded_prefill_stays_finite(backend: str) -> None:
         slot_mapping=torch.tensor(slots),
         block_tables=tables,
         decode_only=False,
+        context_free=context_free,
     )
     for _ in range(2):  # the second pass gathers what the first wrote into the scratch block
         out = attention.paged(q, k, v, k_cache, v_cache, meta, DIM**-0.5)

@@ -40,7 +40,8 @@ def test_paged_prefill_chunks_and_decode_match_torch(name: str, monkeypatch: pyt
     for pool in pools:
         pool.k, pool.v = pool.k.cuda().bfloat16(), pool.v.cuda().bfloat16()
     done = dict.fromkeys(lengths, 0)
-    # whole prefill, chunked prefill over cached context (varlen + block_table), then a decode step
+    # whole prefills (context-free: the dense varlen kernel), chunked prefill over cached context (varlen +
+    # block_table), then a decode step
     for new in ({0: 300, 2: 200}, {1: 40, 2: 329}, {0: 1, 1: 1, 2: 1}):
         outs = []
         for pool, attention in zip(pools, (backend, reference), strict=True):

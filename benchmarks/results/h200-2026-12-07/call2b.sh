@@ -1,0 +1,3 @@
+# Call 2's second A/B pair, on the same warm machine right after it (the session's last device minutes): call2.sh's
+# engine lines again, into bench2.jsonl and trace2.jsonl.
+source scripts/device_env.sh > /dev/null; ls /tmp/c2 >/dev/null && F="--model /tmp/c2 --steps 60 --max-num-seqs 1024 --fp8-gemms on --fp8-backbone on --fp8-backbone-min-rows 8192 --coalesce-ms 5 --coalesce-max-ms 150"; timeout 150 python3 benchmarks/ab_trees.py run --base .carry/base -- python3 benchmarks/bench_engine.py $F --concurrency 1024 --step-trace $OUT/trace2.jsonl 2>$OUT/err2.txt | grep '"concurrency"' > $OUT/bench2.jsonl; python3 benchmarks/results/h200-2026-12-03d/bursts.py $OUT/bench2.jsonl $OUT/trace2.jsonl
