@@ -17,6 +17,8 @@ engine process (engine.process). It owns the EngineCore; everything else reaches
   its cap leads the rest as a lone arrival would (all it holds admitted at once, the rest in the next step at the
   idle budget). Commands queued behind a waiting arrival
   wait with it (an abort must not overtake its request). Otherwise arrivals join at the next step boundary.
+  While the loop waits for a burst to go quiet, a submit does not wake it: it wakes at the window's deadline and reads
+  how far the arrivals since have moved it (a wake-up a request took the GIL from the burst's submitter each time).
 - While the next step is due to admit more than `first_chunk_hold_positions` prompt positions, a request's first
   chunk is held back and handed over with its second (EngineConfig says why); an abort drops it.
 - A step's chunks for more than `DEFER_ITEMS` requests are made and handed over once the next step's device work is
@@ -135,6 +137,7 @@ class EngineLoop:
         self._last_add = 0.0  # guarded by _cond: time.monotonic() of the newest Add
         self._burst_cap = 0.0  # guarded by _cond: time.monotonic() at which the open burst window closes at the latest
         self._lead = False  # guarded by _cond: the queued commands include a lead, to be admitted at once
+        self._quieting = False  # guarded by _cond: the loop thread waits for a burst to go quiet (_wait_for_work)
         self._owners: dict[str, Channel] = {}  # loop thread only: the channel of every open request
         self._leads: frozenset[str] = frozenset()  # loop thread only: the open burst window's lead(s)
         self._held: dict[str, AudioChunk] = {}  # loop thread only: first chunks held back (first_chunk_hold_positions)
@@ -156,7 +159,10 @@ class EngineLoop:
             self._commands.append(command)
             if isinstance(command, Add):
                 self._last_add = time.monotonic()
-            self._cond.notify()
+            # A burst's window wakes at its deadline by itself, and an arrival only moves that later: waking the
+            # loop thread for each of a burst's requests would take the GIL from their submitter every time.
+            if not self._quieting:
+                self._cond.notify()
 
     def stop(self) -> None:
         """Any thread: the loop fails what is open with EngineError("engine closed") and returns."""
@@ -232,8 +238,10 @@ class EngineLoop:
                     self._lead = adds == 1
                 if not self._lead:  # wait for the burst to go quiet
                     cap = self._burst_cap
+                    self._quieting = True
                     while not self._stopping and (deadline := self._burst_open(time.monotonic())) is not None:
                         self._cond.wait(deadline - time.monotonic())
+                    self._quieting = False
                     # Cut by the cap while still arriving: what came leads the rest, which the next step admits at
                     # the idle budget rather than the decoding one cutting it in waves (on an H200, 1,024 requests
                     # sent over ~200 ms: 178 in the window, the rest 91 a step over ten steps, 636 xRT against 959

@@ -2,7 +2,7 @@
 (standing in for the loop's own): a first chunk waits for the second while a large admission is due, including
 arrivals submitted but not yet queued; it is handed over in order, unchanged; an abort drops it. A burst window:
 its lead admitted at once, the rest once quiet, an abort never ahead of its request; one cut by its cap leading the
-rest into one step. And the loop on its own thread:
+rest into one step; arrivals in it extending it without waking the loop. And the loop on its own thread:
 it trims the heap once per idle spell that follows steps, never while it has work. A large step's chunks: handed over
 while the next step runs (after an abort's end never), the last before the loop waits; a channel that refuses them
 loses its requests after that step, not during it."""
@@ -203,6 +203,60 @@ def test_arrivals_queued_together_at_an_idle_engine_wait_for_quiet_and_a_lone_on
     assert time.monotonic() - start < 0.3
     _step(loop)
     assert [rid for rid, _ in channel.deliveries[-1]] == ["r3"]
+
+
+class CountingCondition(threading.Condition):
+    """The loop's condition, counting the wake-ups submitters ask for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified = 0
+
+    def notify(self, n: int = 1) -> None:
+        self.notified += 1
+        super().notify(n)
+
+
+def test_arrivals_during_a_burst_window_do_not_wake_the_loop_and_still_extend_it(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the loop waits for a burst to go quiet (here on its own thread), an arrival only moves the window's
+    deadline later, which the loop reads when it wakes at the old one: a submit does not wake it (one wake-up a request
+    takes the GIL from the submitter). The burst still waits for its last arrival, and lands whole; stop() wakes it."""
+    config = engine_config(checkpoint, max_num_seqs=8, coalesce_ms=200.0, coalesce_max_ms=5000.0)
+    loop, channel = EngineLoop(EngineCore(config)), Recorder()
+    cond = CountingCondition()
+    monkeypatch.setattr(loop, "_cond", cond)
+    _submit(loop, channel, "r1", 1)
+    _submit(loop, channel, "r2", 2)  # queued together: a burst, no lead
+    waited = threading.Thread(target=loop._wait_for_work)
+    waited.start()
+    deadline = time.monotonic() + 60
+    while not loop._quieting and time.monotonic() < deadline:
+        time.sleep(0.001)
+    before, start = cond.notified, time.monotonic()
+    for i in range(3, 8):  # every 100 ms, within the 200 ms of quiet the window waits for
+        time.sleep(0.1)
+        _submit(loop, channel, f"r{i}", i)
+    last = time.monotonic()
+    waited.join(60)
+    assert cond.notified == before  # no arrival woke it
+    assert time.monotonic() - start >= 0.5 and time.monotonic() - last >= 0.2  # and the window waited for all
+    assert not loop._quieting
+    _step(loop)
+    assert sorted(rid for rid, _ in channel.deliveries[0]) == [f"r{i}" for i in range(1, 8)]
+    while loop.core.has_work():
+        _step(loop)
+    _submit(loop, channel, "r8", 8)
+    _submit(loop, channel, "r9", 9)
+    stopped = threading.Thread(target=loop._wait_for_work)
+    stopped.start()
+    while not loop._quieting and time.monotonic() < deadline:
+        time.sleep(0.001)
+    start = time.monotonic()
+    loop.stop()
+    stopped.join(60)
+    assert time.monotonic() - start < 0.15  # woken by stop(), not by its window's 200 ms
 
 
 class ArrivingWhileWaiting(threading.Condition):
