@@ -77,7 +77,7 @@ class Driver:
                 n = min(chunk.get(i, seq.prompt.num_positions), seq.prompt.num_positions - seq.fed)
                 sl = slice(seq.fed, seq.fed + n)
                 ids.append(torch.from_numpy(seq.prompt.token_ids[sl]))
-                feats.append(torch.from_numpy(seq.prompt.feats[sl]))
+                feats.append(torch.tensor(seq.prompt.feats[sl]))  # a copy: text-only feats are a read-only view
                 mask.append(torch.from_numpy(seq.prompt.audio_mask[sl]))
                 seq.fed += n
             end = start + n

@@ -31,6 +31,9 @@ def test_layouts(v2: tuple) -> None:
     zero = build_prompt("hello world", Prompt(), tok, config)
     assert zero.token_ids.tolist() == [*text_ids, 101] and not zero.audio_mask.any()
     assert zero.patch_cap == reference_patch_cap(len(text_ids)) == 6 * len(text_ids) + 10  # the reference's cap
+    assert zero.feats.shape == (zero.num_positions, p, d) and not zero.feats.any()
+    # Text alone holds no latents of its own: one zero patch, viewed read-only at every position.
+    assert zero.feats.strides[0] == 0 and zero.feats.base.nbytes == p * d * 4 and not zero.feats.flags.writeable
 
     cont = build_prompt("world", Prompt(text="hello ", latents=audio), tok, config)
     assert cont.token_ids.tolist() == [*tok.encode("hello world"), 101, 0, 0]
