@@ -1,5 +1,6 @@
-# 29th session, call 1 (on an H200 if one comes): issue 16's c=1,024 run, three interleaved pairs, main against b0add5e
-# (before the burst window's arrivals stopped waking the engine loop), with step traces; then c=1 TTFB.
+# 29th session, call 1 (on an H200 if one comes): issue 16's c=1,024 run, three interleaved pairs, main (bb649e7: the burst
+# window's arrivals no longer wake the engine loop; text-only prompts hold no zero latents) against b0add5e, with step
+# traces (the arrival span and the admission are the measure); then c=1 TTFB.
 #   python benchmarks/ab_trees.py prepare --ref b0add5e --out .carry/base     (carry .carry)
 source scripts/device_env.sh > /tmp/gpu.txt; tee $OUT/log.txt < /tmp/gpu.txt
 T0=$(date +%s); t() { echo "$1 rc=$2 $(( $(date +%s)-T0 ))s" | tee -a $OUT/log.txt; }
