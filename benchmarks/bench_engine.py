@@ -112,6 +112,7 @@ async def main(args: argparse.Namespace) -> None:
         pacing_margin_ms=args.pacing_margin_ms,
         max_prefill_tokens=args.max_prefill_tokens,
         idle_prefill_tokens=args.idle_prefill_tokens,
+        prefill_ahead_tokens=args.prefill_ahead_tokens,
         coalesce_ms=args.coalesce_ms,
         coalesce_max_ms=args.coalesce_max_ms,
         pacing_max_hold_ms=args.pacing_max_hold_ms,
@@ -139,6 +140,7 @@ async def main(args: argparse.Namespace) -> None:
         "fp8_backbone_min_rows": config.fp8_backbone_min_rows,
         "max_prefill_tokens": config.max_prefill_tokens,
         "idle_prefill_tokens": config.idle_prefill_budget,
+        "prefill_ahead_tokens": config.prefill_ahead_tokens,
         "prompt_positions": engine.core.make_sequence(GenerationRequest(text=args.text)).num_prompt,
         "settle": args.settle == "on",
     }
@@ -185,6 +187,7 @@ async def main(args: argparse.Namespace) -> None:
             "fp8_gemms": config.fp8_gemms,
             "fp8_backbone": config.fp8_backbone,
             "fp8_backbone_min_rows": config.fp8_backbone_min_rows,
+            "prefill_ahead_tokens": config.prefill_ahead_tokens,
             "coalesce_ms": config.coalesce_ms,
             "coalesce_max_ms": config.coalesce_max_ms,
             "settle": args.settle == "on",
@@ -238,6 +241,8 @@ if __name__ == "__main__":
     p.add_argument("--step-trace", default="", help="append one JSON line per engine step to this file")
     p.add_argument("--max-prefill-tokens", type=int, default=engine_defaults.max_prefill_tokens)
     p.add_argument("--idle-prefill-tokens", type=int, default=engine_defaults.idle_prefill_tokens)
+    # 0: a burst's window waits for all of it before any prefill, as the bench did up to the 2026-12-07 results.
+    p.add_argument("--prefill-ahead-tokens", type=int, default=engine_defaults.prefill_ahead_tokens)
     # The server's defaults are 5 and 150 (wsserver.config), the engine's alone 1 and 20.
     p.add_argument("--coalesce-ms", type=float, default=engine_defaults.coalesce_ms)
     p.add_argument("--coalesce-max-ms", type=float, default=engine_defaults.coalesce_max_ms)

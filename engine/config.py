@@ -28,6 +28,11 @@ class EngineConfig:
     # least 16384, so that a burst filling every slot with sentence-long prompts lands whole (on one H200, 1,024 VoxCPM2
     # requests of 90 positions: in 11 waves over 2.3 s, xRT 834 and TTFB p50 963 ms; in one 738 ms step, 880 and 835).
     idle_prefill_tokens: int | None = None
+    # While a burst's arrivals wait for the rest of it at an idle engine (coalesce_ms below), each time this many of
+    # their prompt positions are queued the step loop admits them and queues their prefill, so that the backbone
+    # works through the burst while it still arrives and its first step is left with the last arrivals' prompts and
+    # the solvers' start (VoxCPM; a family that cannot, Qwen3-TTS, waits as before). 0: never.
+    prefill_ahead_tokens: int = 8192
     max_patches: int = 2000  # absolute cap on generated patches per request
     # When idle, the first arrival waits for the rest of its burst: admission starts once no request arrived for
     # coalesce_ms, and at most coalesce_max_ms after that first arrival.
@@ -85,6 +90,7 @@ class EngineConfig:
         assert self.max_model_len >= 16
         assert self.kv_block_size >= 1
         assert self.max_prefill_tokens >= 1 and (self.idle_prefill_tokens or 0) >= 0
+        assert self.prefill_ahead_tokens >= 0
         assert self.max_patches >= 1
         assert 0 < self.kv_memory_fraction <= 1
         assert 0 <= self.coalesce_ms <= self.coalesce_max_ms

@@ -16,7 +16,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.lora.format import Adapter, AdapterError, read_adapter
-from engine.models.family import ModelRunner
+from engine.models.family import ModelRunner, PrefillsAhead
 from engine.models.registry import load_runner
 from engine.noise import draw_seed
 from engine.outputs import STEP_BUCKETS_S, AudioChunk, EngineError, EngineStats, FinishReason
@@ -42,6 +42,9 @@ class EngineCore:
             else None
         )
         self.scheduler = Scheduler(config, self.runner.num_kv_blocks, self.pacer)
+        # The queued prompt positions at which the step loop prefills a burst's arrivals ahead of its first step
+        # (EngineConfig.prefill_ahead_tokens); 0 where the family cannot (engine.models.family.PrefillsAhead).
+        self.prefill_ahead_tokens = config.prefill_ahead_tokens if isinstance(self.runner, PrefillsAhead) else 0
         self.healthy = True
         self.num_steps = 0
         self.step_ms_avg = 0.0
@@ -167,7 +170,8 @@ class EngineCore:
             if not batch:
                 return StepChunks([], np.empty((0, 0), np.float32), np.empty((0, 0, 0), np.float32))
             admitted = [seq for seq in batch if seq.is_prefill]
-            positions = sum(seq.num_prompt for seq in admitted)
+            ahead = sum(seq.prefilled_ahead for seq in admitted)
+            positions = sum(seq.num_prompt for seq in admitted if not seq.prefilled_ahead)  # prefilled this step
             result = self.runner.run(batch, while_running or _nothing)
             self.scheduler.postprocess(result.seqs, result.stops)
         except Exception as exc:
@@ -178,17 +182,48 @@ class EngineCore:
         chunks = StepChunks(heads, result.samples, result.latents)
         seconds = self.clock() - start
         self._record(len(batch), seconds)
-        if self.trace is not None:
-            line = {"t": round(start, 4), "ms": round(seconds * 1e3, 2), "batch": len(batch)}
-            line |= {"admitted": len(admitted), "positions": positions, "waiting": len(self.scheduler.waiting)}
-            if admitted:  # how the admitted requests reached the engine: made, then taken in (first, last)
-                for key in ("arrival_time", "received_time"):
-                    times = [getattr(seq, key) for seq in admitted]
-                    line[key.removesuffix("_time")] = [round(min(times), 4), round(max(times), 4)]
-            self.trace.write(json.dumps(line) + "\n")
+        self._trace(start, seconds, len(batch), admitted, positions, ahead)
         if self.pacer is not None:
             self.pacer.record(len(batch) - len(admitted), positions, seconds)
         return chunks
+
+    def prefill_ahead(self) -> None:
+        """Admit what waits (at an idle step's budget) and prefill it ahead of the step that starts it, queueing the
+        device work without waiting for it: only while nothing decodes, so that a burst's first arrivals go through
+        the backbone while the rest arrive (engine.engine_loop). Any failure is fatal, as a step's."""
+        if not self.healthy:
+            raise EngineError("the engine has failed")
+        start = self.clock()
+        try:
+            seqs = self.scheduler.admit_ahead()
+            if not seqs:
+                return
+            assert isinstance(self.runner, PrefillsAhead)
+            self.runner.prefill_ahead(seqs)
+        except Exception as exc:
+            self.fail()
+            raise EngineError(f"engine prefill failed: {exc!r}") from exc
+        for seq in seqs:
+            seq.num_cached = seq.num_prompt
+        self._trace(start, self.clock() - start, 0, seqs, sum(seq.num_prompt for seq in seqs), len(seqs))
+
+    def _trace(
+        self, start: float, seconds: float, batch: int, admitted: list[Sequence], positions: int, ahead: int
+    ) -> None:
+        """The step trace's line of a step (`batch` rows), or of a prefill ahead (batch 0, its device work queued
+        and not waited for: `ms` is the host's). `admitted` took their first step or were prefilled ahead (`ahead`
+        of them), `positions` their prompt positions prefilled then."""
+        if self.trace is None:
+            return
+        line = {"t": round(start, 4), "ms": round(seconds * 1e3, 2), "batch": batch}
+        line |= {"admitted": len(admitted), "positions": positions, "waiting": len(self.scheduler.waiting)}
+        if ahead:
+            line["ahead"] = ahead
+        if admitted:  # how the admitted requests reached the engine: made, then taken in (first, last)
+            for key in ("arrival_time", "received_time"):
+                times = [getattr(seq, key) for seq in admitted]
+                line[key.removesuffix("_time")] = [round(min(times), 4), round(max(times), 4)]
+        self.trace.write(json.dumps(line) + "\n")
 
     def fail(self) -> None:
         """The engine can no longer serve: unhealthy from now on, every request dropped (KV blocks and slot freed)."""

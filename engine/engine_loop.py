@@ -18,7 +18,10 @@ engine process (engine.process). It owns the EngineCore; everything else reaches
   idle budget). Commands queued behind a waiting arrival
   wait with it (an abort must not overtake its request). Otherwise arrivals join at the next step boundary.
   While the loop waits for a burst to go quiet, a submit does not wake it: it wakes at the window's deadline and reads
-  how far the arrivals since have moved it (a wake-up a request took the GIL from the burst's submitter each time).
+  how far the arrivals since have moved it (a wake-up a request took the GIL from the burst's submitter each time),
+  unless `prefill_ahead_tokens` prompt positions have queued: then it takes them in and queues their prefill
+  (EngineCore.prefill_ahead), so that the device works through the burst's prompts while the rest of it arrives,
+  and the burst's first step is left with the last arrivals' prompts and every solver's start.
 - While the next step is due to admit more than `first_chunk_hold_positions` prompt positions, a request's first
   chunk is held back and handed over with its second (EngineConfig says why); an abort drops it.
 - A step's chunks for more than `DEFER_ITEMS` requests are made and handed over once the next step's device work is
@@ -138,6 +141,8 @@ class EngineLoop:
         self._burst_cap = 0.0  # guarded by _cond: time.monotonic() at which the open burst window closes at the latest
         self._lead = False  # guarded by _cond: the queued commands include a lead, to be admitted at once
         self._quieting = False  # guarded by _cond: the loop thread waits for a burst to go quiet (_wait_for_work)
+        self._queued_positions = 0  # guarded by _cond: the prompt positions of the queued Adds
+        self._ahead_tokens = core.prefill_ahead_tokens  # queued positions that a quietening burst prefills ahead at
         self._owners: dict[str, Channel] = {}  # loop thread only: the channel of every open request
         self._leads: frozenset[str] = frozenset()  # loop thread only: the open burst window's lead(s)
         self._held: dict[str, AudioChunk] = {}  # loop thread only: first chunks held back (first_chunk_hold_positions)
@@ -159,9 +164,11 @@ class EngineLoop:
             self._commands.append(command)
             if isinstance(command, Add):
                 self._last_add = time.monotonic()
+                self._queued_positions += command.seq.num_prompt
             # A burst's window wakes at its deadline by itself, and an arrival only moves that later: waking the
-            # loop thread for each of a burst's requests would take the GIL from their submitter every time.
-            if not self._quieting:
+            # loop thread for each of a burst's requests would take the GIL from their submitter every time. It wakes
+            # once enough of the burst is queued to be prefilled ahead.
+            if not self._quieting or self._ahead_due():
                 self._cond.notify()
 
     def stop(self) -> None:
@@ -236,11 +243,18 @@ class EngineLoop:
                     # the rest of it would wait for the lead's step (on an H200, 512 sessions: a lead of 14 sessions
                     # took 386 ms, its burst's first frames came 162 ms later).
                     self._lead = adds == 1
-                if not self._lead:  # wait for the burst to go quiet
+                if not self._lead:  # wait for the burst to go quiet, prefilling what has come ahead
                     cap = self._burst_cap
                     self._quieting = True
                     while not self._stopping and (deadline := self._burst_open(time.monotonic())) is not None:
-                        self._cond.wait(deadline - time.monotonic())
+                        if not self._ahead_due():
+                            self._cond.wait(deadline - time.monotonic())
+                            continue
+                        self._cond.release()  # submitters must not wait for it
+                        try:
+                            self._prefill_ahead()
+                        finally:
+                            self._cond.acquire()
                     self._quieting = False
                     # Cut by the cap while still arriving: what came leads the rest, which the next step admits at
                     # the idle budget rather than the decoding one cutting it in waves (on an H200, 1,024 requests
@@ -260,15 +274,25 @@ class EngineLoop:
             return None
         return deadline
 
-    def _take_commands(self) -> tuple[list[Command], bool, bool]:
+    def _ahead_due(self) -> bool:
+        """Under _cond: whether the queued arrivals are enough to prefill ahead of their burst's first step."""
+        return 0 < self._ahead_tokens <= self._queued_positions
+
+    def _prefill_ahead(self) -> None:
+        """While a burst goes quiet: take in what has come (every queued command, in order) and queue its prefill."""
+        self._run_commands(ahead=True)
+        self.core.prefill_ahead()
+
+    def _take_commands(self, ahead: bool = False) -> tuple[list[Command], bool, bool]:
         """The queued commands due now: all of them, but while a burst window is open (module docstring) only those
-        ahead of its first waiting arrival. And whether they lead a burst, and whether they are all there is (no
-        window open)."""
+        ahead of its first waiting arrival, unless they go `ahead` of the window's end. And whether they lead a
+        burst, and whether they are all there is (no window open)."""
         with self._cond:
-            if self._lead or self._burst_open(time.monotonic()) is None:
-                lead, self._lead = self._lead, False
+            if ahead or self._lead or self._burst_open(time.monotonic()) is None:
+                lead, self._lead = self._lead, False  # never one ahead: a window with a lead does not quieten
                 commands, self._commands = self._commands, []
-                return commands, lead, not lead
+                self._queued_positions = 0
+                return commands, lead, not lead and not ahead
             first_add = next((i for i, command in enumerate(self._commands) if isinstance(command, Add)), None)
             if first_add is None:
                 commands, self._commands = self._commands, []
@@ -276,8 +300,8 @@ class EngineLoop:
                 commands, self._commands = self._commands[:first_add], self._commands[first_add:]
             return commands, False, False
 
-    def _run_commands(self) -> None:
-        commands, lead, everything = self._take_commands()
+    def _run_commands(self, ahead: bool = False) -> None:
+        commands, lead, everything = self._take_commands(ahead)
         if commands:  # they see (and an abort's end goes behind) every chunk made so far
             self._make_pending()
         endings: list[tuple[Channel, str, Item]] = []  # requests these commands end, handed over together

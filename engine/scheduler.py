@@ -3,8 +3,9 @@
 Every step decodes all running requests and, in the same batch, prefills newly admitted ones, so an
 admission never freezes the streams already playing (the anchor engine runs prefill-only steps). The
 per-step prefill is bounded by `max_prefill_tokens`, which bounds how much an admission can stretch a
-step, and by the larger `idle_prefill_tokens` when nothing decodes (no stream waits for that step) but a burst's
-leads, which the step loop admitted alone ahead of their burst (engine.engine_loop): they wait with it. Admission
+step, and by the larger `idle_prefill_tokens` when nothing decodes (no stream waits for that step). Neither a burst's
+leads, which the step loop admitted alone ahead of it (engine.engine_loop), nor its requests prefilled while it still
+arrived (`admit_ahead`) count as decoding: they wait for the step that admits the rest of it. Admission
 is FIFO and stops at the first request that does not fit (slots, KV blocks, prefill budget), so a long prompt
 cannot be overtaken forever by short ones. With an AdmissionPacer (engine/pacing.py) the
 prefill budget is also what the playing streams can spare: an admission must not run them dry.
@@ -90,7 +91,8 @@ class Scheduler:
         return self.max_prefill_tokens if self._decoding(batch) else self.idle_prefill_tokens
 
     def _decoding(self, batch: list[Sequence]) -> bool:
-        return any(seq.request_id not in self.leads for seq in batch)
+        """Whether some stream of `batch` plays: a burst's leads and the requests prefilled ahead of it do not."""
+        return any(not seq.prefilled_ahead and seq.request_id not in self.leads for seq in batch)
 
     def admission_ahead(self, arriving: list[int]) -> int:
         """Prompt positions the next schedule() would admit, at most, if prompts of `arriving` positions joined the
@@ -113,15 +115,27 @@ class Scheduler:
             paced = self.pacer.budget(batch, self.waiting[0].num_prompt)  # with nobody playing: ends any hold
             budget = paced if self._decoding(batch) else full
         self.leads = frozenset()
+        return batch + self._admit(budget, full)
+
+    def admit_ahead(self) -> list[Sequence]:
+        """Admit the queue's head run at the idle budget ahead of the step that starts it: while a burst still arrives
+        at an idle engine, its first arrivals' prompts are prefilled (EngineCore.prefill_ahead), and the next step
+        starts their solvers with the rest of the burst's. Nothing may be decoding."""
+        assert not self._decoding(self._stepped()), "prefill ahead only at an idle engine"
+        return self._admit(self.idle_prefill_tokens, self.idle_prefill_tokens)
+
+    def _admit(self, budget: int, full: int) -> list[Sequence]:
+        """FIFO admissions within `budget` positions of a step's `full` budget: slots and KV blocks handed out."""
+        admitted = []
         while self._can_admit_head(budget, full):
             seq = self.waiting.popleft()
             self.block_manager.allocate(seq)
             seq.slot = self.free_slots.pop()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            batch.append(seq)
+            admitted.append(seq)
             budget -= seq.num_prompt
-        return batch
+        return admitted
 
     def _can_admit_head(self, budget: int, full: int) -> bool:
         """Whether the queue's head can go in with `budget` positions left of the step's `full` budget."""

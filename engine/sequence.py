@@ -78,7 +78,15 @@ class Sequence:
 
     @property
     def is_prefill(self) -> bool:
-        return self.num_cached == 0
+        """The next step is the request's first: its prompt's prefill and first patch (the prompt's KV may have been
+        written ahead of it: `prefilled_ahead`)."""
+        return self.num_generated == 0
+
+    @property
+    def prefilled_ahead(self) -> bool:
+        """Admitted while its burst was still arriving, its prompt's KV written then (EngineCore.prefill_ahead): the
+        first step only starts its solver."""
+        return self.num_generated == 0 and self.num_cached > 0
 
     @property
     def num_reserved_positions(self) -> int:

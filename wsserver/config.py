@@ -70,6 +70,7 @@ class ServerConfig:
     # 5/150, whose first frames also came sooner (p50 330 ms, not 416).
     coalesce_ms: float = 5.0
     coalesce_max_ms: float = 150.0
+    prefill_ahead_tokens: int = 8192  # a quietening burst's queued prompt positions prefilled ahead (EngineConfig)
     # A stream's first chunk waits for its second while the next engine step is due to admit more than this many
     # prompt positions (EngineConfig): such a step outlasts the 140 ms a stream that has just started holds. A burst
     # of more prompt positions than an idle step admits (idle_prefill_tokens) comes in two waves, and the step that
@@ -146,6 +147,7 @@ class ServerConfig:
             idle_prefill_tokens=self.idle_prefill_tokens,
             coalesce_ms=self.coalesce_ms,
             coalesce_max_ms=self.coalesce_max_ms,
+            prefill_ahead_tokens=self.prefill_ahead_tokens,
             first_chunk_hold_positions=self.first_chunk_hold_positions,
             fp8_gemms=self.fp8_gemms,
             fp8_backbone=self.fp8_backbone,
@@ -215,6 +217,12 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     option("coalesce-ms", float, defaults.coalesce_ms, "idle engine: admit a burst once nothing arrived for this long")
     option("coalesce-max-ms", float, defaults.coalesce_max_ms, "idle engine: the longest a burst's arrivals wait")
     option(
+        "prefill-ahead-tokens",
+        int,
+        defaults.prefill_ahead_tokens,
+        "idle engine: prefill a burst's arrivals while it still arrives, this many prompt positions at a time (0: no)",
+    )
+    option(
         "first-chunk-hold-positions",
         int,
         defaults.first_chunk_hold_positions,
@@ -269,6 +277,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         parser.error("--max-prefill-tokens must be >= 1")
     if args.idle_prefill_tokens is not None and args.idle_prefill_tokens < 0:
         parser.error("--idle-prefill-tokens must be >= 0")
+    if args.prefill_ahead_tokens < 0:
+        parser.error("--prefill-ahead-tokens must be >= 0")
     if args.first_chunk_hold_positions < 0:
         parser.error("--first-chunk-hold-positions must be >= 0")
     if not 0 <= args.coalesce_ms <= args.coalesce_max_ms:
@@ -313,6 +323,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         idle_prefill_tokens=args.idle_prefill_tokens,
         coalesce_ms=args.coalesce_ms,
         coalesce_max_ms=args.coalesce_max_ms,
+        prefill_ahead_tokens=args.prefill_ahead_tokens,
         first_chunk_hold_positions=args.first_chunk_hold_positions,
         fp8_gemms=args.fp8_gemms,
         fp8_backbone=args.fp8_backbone,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -69,4 +69,17 @@ class ModelRunner(Protocol):
         takes back: padding "left" gives Prompt.latents (a continuation prompt, ending where generation starts;
         VoxCPM: latent patches [n, patch_size, feat_dim]), "right" Prompt.reference_latents (a reference).
         ValueError for audio it cannot encode."""
+        ...
+
+
+@runtime_checkable
+class PrefillsAhead(Protocol):
+    """A runner that can prefill prompts ahead of the step that starts them (VoxCPM's; Qwen3-TTS's cannot): while a
+    burst still arrives at an idle engine, its first arrivals' prompts go through the backbone, so that the burst's
+    first step is left with the last arrivals' and the solvers' start (engine.engine_loop)."""
+
+    def prefill_ahead(self, seqs: list[Sequence]) -> None:
+        """Newly admitted `seqs` (fresh slots and block tables, as at `run`): reset their slots, write their prompts'
+        KV and keep what their first step's solver starts from. Queues device work and returns: no wait. `run` then
+        takes them as `is_prefill` with `prefilled_ahead` set."""
         ...

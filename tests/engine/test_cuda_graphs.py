@@ -205,6 +205,33 @@ def test_backbone_graph_plumbing_on_cpu(tiny_checkpoint, monkeypatch: pytest.Mon
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=request_id)
 
 
+def test_prefill_ahead_through_the_backbone_graphs_on_cpu(tiny_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests prefilled ahead through a backbone graph keep its outputs (static buffers the next replay overwrites)
+    until their first step, with the stand-in capture: two prefilled ahead, two more admitted with them, against all
+    four admitted in one step: the same chunks up to a padded backbone's fp32 rounding, the keys as expected."""
+    checkpoint = tiny_checkpoint("voxcpm2", stop=False)
+    results, keys = [], []
+    for ahead in (True, False):
+        core = EngineCore(engine_config(checkpoint, max_num_seqs=8, max_patches=4))
+        replays = _graphed_on_cpu(core, monkeypatch, prefill_graph_tokens=256)
+        for i in range(4):
+            params = GenerationParams(seed=i + 1, max_patches=4)
+            core.add_request(GenerationRequest(text=f"hello r{i}", params=params, request_id=f"r{i}"))
+            if ahead and i == 1:
+                core.prefill_ahead()
+        chunks: Chunks = {}
+        while core.has_work():
+            for chunk in core.step():
+                chunks.setdefault(chunk.request_id, []).append((chunk.latents.copy(), chunk.samples.copy()))
+        results.append(chunks)
+        keys.append([key for name, key in replays if name == "backbone"])
+    assert keys == [[(64, 2), (64, 2)], [(64, 4)]]
+    assert results[0].keys() == results[1].keys() and len(results[0]) == 4
+    for request_id, chunks in results[0].items():
+        for (a, _), (b, _) in zip(chunks, results[1][request_id], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=request_id)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_graphed_prefill_backbone_matches_eager(tmp_path) -> None:

@@ -315,6 +315,103 @@ def test_a_burst_cut_by_the_window_cap_leads_the_rest_into_one_step(
     assert started == (["r5", "r6", "r7", "r8"] if cut else ["r5", "r6"])
 
 
+def _quietening_burst(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch, ahead_tokens: int
+) -> tuple[EngineLoop, Recorder, list[list[str]]]:
+    """r1 and r2 queued together at an idle engine (a burst, no lead; coalesce_ms 50), then r3 at 10 ms, an abort of
+    r1 at 15, r4 at 20, r5 at 30: the loop once its window has closed, its channel, and the requests each prefill
+    ahead took in."""
+    clock = Clock()
+    monkeypatch.setattr(engine_loop, "time", clock)
+    config = engine_config(
+        checkpoint,
+        dtype="float64",  # bit for bit: the CPU's float32 GEMMs round a row differently for other row counts
+        max_num_seqs=8,
+        coalesce_ms=50.0,
+        coalesce_max_ms=5000.0,
+        prefill_ahead_tokens=ahead_tokens,
+    )
+    loop, channel = EngineLoop(EngineCore(config)), Recorder()
+    prefills: list[list[str]] = []
+    prefill_ahead = loop.core.prefill_ahead
+
+    def recorded() -> None:
+        before = {seq.request_id for seq in loop.core.scheduler.running}
+        prefill_ahead()
+        prefills.append(sorted({seq.request_id for seq in loop.core.scheduler.running} - before))
+
+    monkeypatch.setattr(loop.core, "prefill_ahead", recorded)
+    arrivals = [
+        (clock.now + 0.010, lambda: _submit(loop, channel, "r3", 3)),
+        (clock.now + 0.015, lambda: loop.submit(Abort("r1"))),
+        (clock.now + 0.020, lambda: _submit(loop, channel, "r4", 4)),
+        (clock.now + 0.030, lambda: _submit(loop, channel, "r5", 5)),
+    ]
+    monkeypatch.setattr(loop, "_cond", ArrivingWhileWaiting(clock, arrivals))
+    _submit(loop, channel, "r1", 1)
+    _submit(loop, channel, "r2", 2)
+    assert loop._wait_for_work()
+    assert clock.now == pytest.approx(100.08)  # quiet 50 ms after the last arrival, whatever went ahead
+    return loop, channel, prefills
+
+
+def test_a_quietening_burst_is_prefilled_ahead_as_it_arrives_and_starts_in_one_step(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a burst goes quiet at an idle engine, each time two prompts' positions are queued (prefill_ahead_tokens)
+    the loop takes them in and prefills them ahead; an abort that arrives for one of them ends it when taken in. The
+    window still closes on quiet, and one step starts the whole burst, with the bits of the same burst admitted in
+    that step (prefill_ahead_tokens 0)."""
+    positions = EngineCore(engine_config(checkpoint)).make_sequence(GenerationRequest(text="hello there")).num_prompt
+    audio, audio_of = [], ("r2", "r3", "r4", "r5")
+    for ahead_tokens in (2 * positions, 0):
+        loop, channel, prefills = _quietening_burst(checkpoint, monkeypatch, ahead_tokens)
+        running = loop.core.scheduler.running
+        waiting = [command.seq.request_id for command in loop._commands if isinstance(command, Add)]
+        if ahead_tokens:
+            assert prefills == [["r1", "r2"], ["r3", "r4"]] and waiting == ["r5"]
+            assert [seq.request_id for seq in running] == ["r2", "r3", "r4"]
+            assert all(seq.prefilled_ahead for seq in running)
+            assert channel.deliveries == [[("r1", None)]]  # ended when the abort was taken in, with r4
+        else:
+            assert prefills == [] and not running and waiting == ["r1", "r2", "r3", "r4", "r5"]
+        _step(loop)
+        assert sorted(rid for rid, item in channel.deliveries[-1] if item is not None) == ["r2", "r3", "r4", "r5"]
+        while loop.core.has_work():
+            _step(loop)
+        assert len(loop.core.scheduler.free_slots) == 8
+        audio.append({rid: np.concatenate([chunk.samples for chunk in channel.chunks(rid)]) for rid in audio_of})
+    for rid in audio_of:
+        np.testing.assert_array_equal(audio[0][rid], audio[1][rid])
+
+
+def test_an_arrival_that_makes_a_prefill_ahead_due_wakes_the_quietening_loop(checkpoint: Path) -> None:
+    """On the loop's own thread: arrivals below prefill_ahead_tokens leave the quietening loop asleep; the one that
+    reaches it wakes the loop, which prefills all three long before the window's 2 s of quiet are up."""
+    positions = EngineCore(engine_config(checkpoint)).make_sequence(GenerationRequest(text="hello there")).num_prompt
+    config = engine_config(
+        checkpoint, max_num_seqs=8, coalesce_ms=2000.0, coalesce_max_ms=5000.0, prefill_ahead_tokens=3 * positions
+    )
+    loop, channel = EngineLoop(EngineCore(config)), Recorder()
+    _submit(loop, channel, "r1", 1)
+    _submit(loop, channel, "r2", 2)
+    waited = threading.Thread(target=loop._wait_for_work)
+    waited.start()
+    deadline = time.monotonic() + 60
+    while not loop._quieting and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.05)
+    assert not loop.core.scheduler.running
+    start = time.monotonic()
+    _submit(loop, channel, "r3", 3)
+    running = loop.core.scheduler.running
+    while not (len(running) == 3 and all(seq.prefilled_ahead for seq in running)) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert time.monotonic() - start < 1.0 and loop._quieting  # woken, not at the window's end
+    loop.stop()
+    waited.join(60)
+
+
 def test_admission_ahead_counts_the_queue_then_arrivals_within_slots_and_budget(checkpoint: Path) -> None:
     core = EngineCore(engine_config(checkpoint, max_num_seqs=2, max_prefill_tokens=100, idle_prefill_tokens=0))
     assert core.admission_ahead([]) == 0

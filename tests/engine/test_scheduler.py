@@ -118,6 +118,34 @@ def test_a_bursts_leads_do_not_count_as_decoding_for_the_step_that_admits_it():
     assert [seq.request_id for seq in scheduler.schedule() if seq.is_prefill] == ["e"]
 
 
+def test_requests_prefilled_ahead_are_admitted_at_the_idle_budget_and_step_as_prefills():
+    """admit_ahead (an idle engine, a burst still arriving): the queue's head run at the idle budget, slots and blocks
+    handed out. Once their KV is written (EngineCore.prefill_ahead) they do not count as decoding: more may go ahead,
+    and the step that starts them admits the rest at the idle budget (24 positions, not the step's 16), taking them
+    as prefills with nothing left to prefill. Once streams decode, nothing goes ahead."""
+    scheduler = make_scheduler(num_kv_blocks=128, max_num_seqs=8, max_prefill_tokens=16, idle_prefill_tokens=24)
+    for name in "abcd":
+        scheduler.add(make_seq(name, num_prompt=8))
+    ahead = scheduler.admit_ahead()
+    assert [seq.request_id for seq in ahead] == ["a", "b", "c"]  # 24 positions
+    check_invariants(scheduler)
+    for seq in ahead:
+        seq.num_cached = seq.num_prompt
+    assert [seq.request_id for seq in scheduler.admit_ahead()] == ["d"]  # what waits
+    scheduler.running[-1].num_cached = 8
+    for name in "efgh":
+        scheduler.add(make_seq(name, num_prompt=8))
+    assert scheduler.admission_ahead([]) == 24  # nothing decodes: the idle budget
+    batch = scheduler.schedule()
+    assert [seq.request_id for seq in batch] == ["a", "b", "c", "d", "e", "f", "g"]
+    assert all(seq.is_prefill for seq in batch)
+    assert [seq.num_new for seq in batch] == [0, 0, 0, 0, 8, 8, 8]
+    scheduler.postprocess(batch, [False] * len(batch))
+    check_invariants(scheduler)
+    with pytest.raises(AssertionError, match="idle"):  # streams decode now
+        scheduler.admit_ahead()
+
+
 def test_the_idle_budget_is_never_below_the_step_budget():
     scheduler = make_scheduler(max_prefill_tokens=20, idle_prefill_tokens=8)
     for name in "ab":

@@ -106,6 +106,14 @@ def test_bad_coalesce_flags(argv: list[str], capsys: pytest.CaptureFixture[str])
     assert "--coalesce-ms must be >= 0 and at most --coalesce-max-ms" in capsys.readouterr().err
 
 
+def test_prefill_ahead_flag_reaches_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args([], {}).engine_config("m", "cpu", ()).prefill_ahead_tokens == 8192
+    assert parse_args(["--prefill-ahead-tokens", "0"], {}).engine_config("m", "cpu", ()).prefill_ahead_tokens == 0
+    with pytest.raises(SystemExit):
+        parse_args(["--prefill-ahead-tokens", "-1"], {})
+    assert "--prefill-ahead-tokens must be >= 0" in capsys.readouterr().err
+
+
 def test_fp8_gemms_flag_reaches_the_engine() -> None:
     assert not parse_args([], {}).engine_config("m", "cpu", ()).fp8_gemms
     assert parse_args(["--fp8-gemms", "on"], {}).engine_config("m", "cpu", ()).fp8_gemms

@@ -184,6 +184,11 @@ class VoxCPMRunner:
             (torch.zeros(rows, model.res_to_dit_proj.in_features, dtype=self.dtype, device=self.device), 0.0),
             (torch.zeros(rows, self.patch_size, self.feat_dim, dtype=self.dtype, device=self.device), 0.0),
         ]
+        # The hiddens a request prefilled ahead of its first step (prefill_ahead) starts its solver from, by slot.
+        self.slot_head = [
+            torch.zeros(num_slots, *static.shape[1:], dtype=static.dtype, device=self.device)
+            for static, _ in self._head_inputs[1:]
+        ]
         self.packed_width = self.patch_size * self.feat_dim + self.patch_size * self.vae.decode_chunk_size + 1
 
         self.info = ModelInfo(
@@ -417,8 +422,16 @@ class VoxCPMRunner:
             self._decode(decodes)
             self._solve(decodes, host[: len(decodes)])
         if prefills:
-            self._admit(prefills)
-            self._prefill(prefills)
+            fresh = [seq for seq in prefills if not seq.prefilled_ahead]
+            if fresh:
+                self._admit(fresh)
+            if len(fresh) == len(prefills):
+                self._prefill(prefills)
+            else:
+                if fresh:
+                    self._keep_head_inputs(len(fresh), self._backbone(fresh))
+                slots = self._to_device(np.array([seq.slot for seq in prefills], dtype=np.int64))
+                self._prefill_head(len(prefills), (slots, *(kept[slots] for kept in self.slot_head)))
             self._solve(prefills, host[len(decodes) :])
         while_running()
         if cuda:
@@ -452,8 +465,26 @@ class VoxCPMRunner:
         graphs.decode_head.run(bucket, fill)
 
     def _prefill(self, seqs: list[Sequence]) -> None:
-        """The prefill head of newly admitted requests: the backbone over their prompts (graphed for small
-        text-only admissions, else eager), then the solver's start."""
+        """The prefill head of newly admitted requests: the backbone over their prompts, then the solver's start."""
+        self._prefill_head(len(seqs), self._backbone(seqs))
+
+    @torch.inference_mode()
+    def prefill_ahead(self, seqs: list[Sequence]) -> None:
+        """engine.models.family.PrefillsAhead: the backbone over the prompts of `seqs`, admitted while their burst
+        still arrives; their hiddens wait in `slot_head` for the step that starts their solvers."""
+        self._admit(seqs)
+        self._keep_head_inputs(len(seqs), self._backbone(seqs))
+
+    def _keep_head_inputs(self, rows: int, outputs: tuple[torch.Tensor, ...]) -> None:
+        """A backbone's outputs (slots, then the prefill head's hiddens; their first `rows` rows are real) into
+        `slot_head`."""
+        slots, *hiddens = (value[:rows] for value in outputs)
+        for kept, value in zip(self.slot_head, hiddens, strict=True):
+            kept[slots] = value
+
+    def _backbone(self, seqs: list[Sequence]) -> tuple[torch.Tensor, ...]:
+        """The backbone over the prompts of newly admitted requests (graphed for small text-only admissions, else
+        eager): their slots and the prefill head's hiddens, row i for seqs[i] (padded rows beyond)."""
         graphs = self.graphs
         key = None
         buckets = graphs.backbone_buckets if graphs is not None else None
@@ -461,16 +492,14 @@ class VoxCPMRunner:
             key = buckets.key_for(sum(seq.num_prompt for seq in seqs), len(seqs))
         if key is None:
             inputs, slots = self._prefill_inputs(seqs)
-            outputs = (slots, *self.model.backbone(inputs))
-        else:
-            assert graphs is not None and graphs.backbone is not None
-            packed = self._host(self._pack_prefill(seqs, *key))
+            return (slots, *self.model.backbone(inputs))
+        assert graphs is not None and graphs.backbone is not None
+        packed = self._host(self._pack_prefill(seqs, *key))
 
-            def fill_backbone() -> None:
-                self._prefill_static[: packed.numel()].copy_(packed, non_blocking=True)
+        def fill_backbone() -> None:
+            self._prefill_static[: packed.numel()].copy_(packed, non_blocking=True)
 
-            outputs = graphs.backbone.run(key, fill_backbone)
-        self._prefill_head(len(seqs), outputs)
+        return graphs.backbone.run(key, fill_backbone)
 
     def _prefill_head(self, rows: int, outputs: tuple[torch.Tensor, ...]) -> None:
         """The solver's start from an admission's backbone outputs (slots, lm_h, res_h, cond; their first `rows`

@@ -96,6 +96,12 @@ def test_eos_ends_a_request_with_its_last_real_frame(qwen_checkpoint, loaded) ->
     assert not any((c.latents == eos).any() for c in chunks["a"] + chunks["b"])
 
 
+def test_the_engine_never_prefills_qwen3tts_prompts_ahead(qwen_checkpoint) -> None:
+    """Its runner cannot (engine.models.family.PrefillsAhead): a burst's window waits for its arrivals as before."""
+    core = EngineCore(engine_config(qwen_checkpoint("customvoice-0.6b"), prefill_ahead_tokens=1))
+    assert core.prefill_ahead_tokens == 0
+
+
 def test_cancel_frees_blocks_and_slots(qwen_checkpoint) -> None:
     core = EngineCore(engine_config(qwen_checkpoint("voicedesign-1.7b"), max_num_seqs=2))
     scheduler = core.scheduler

@@ -227,3 +227,48 @@ def test_warm_up_does_nothing_where_prefills_are_not_padded(checkpoint, monkeypa
     assert not runner.pad_eager_prefill  # the CPU: no cuBLAS to warm
     monkeypatch.setattr(runner.model, "backbone", lambda inputs: pytest.fail("the warm-up ran the backbone"))
     runner.warm_up()
+
+
+@pytest.mark.parametrize("after", [0, 2])
+def test_requests_prefilled_ahead_of_their_step_give_the_same_bits(checkpoint, after):
+    """EngineCore.prefill_ahead (a burst's first arrivals through the backbone while the rest arrive) changes no bit:
+    three requests prefilled ahead, then `after` more admitted with them in one step (a continuation prompt with
+    audio among them), against all of them admitted in that step; the first step starts every solver, and the
+    ahead ones take no positions of its prefill. Every prompt has 11 positions: the torch attention pads a prefill's
+    prompts to the longest, which changes its float32 sums' rounding with the batch (flash-attn's do not pad)."""
+    results = []
+    for ahead in (True, False):
+        core = EngineCore(engine_config(checkpoint, dtype="float64", max_num_seqs=6))
+        latents = np.random.default_rng(1).standard_normal((3, core.info.patch_size, core.info.feat_dim))
+        texts = ["quick fox", "small boat", "open door", "cold water"]
+        requests = [
+            GenerationRequest(text=text, params=GenerationParams(seed=i, max_patches=4), request_id=text)
+            for i, text in enumerate(texts)
+        ]
+        continuation = GenerationRequest(
+            text="late",
+            prompt=Prompt(text="pp", latents=latents.astype(np.float32)),
+            params=GenerationParams(seed=7, max_patches=4, inference_timesteps=5),
+            request_id="audio",
+        )
+        requests = requests[:3] + [continuation, requests[3]][:after]
+        assert {core.make_sequence(request).num_prompt for request in requests} == {11}
+        for request in requests[:3]:
+            core.add_request(request)
+        if ahead:
+            core.prefill_ahead()
+            assert all(seq.prefilled_ahead and seq.slot >= 0 for seq in core.scheduler.running)
+            assert len(core.scheduler.running) == 3 and not core.scheduler.waiting
+        for request in requests[3:]:
+            core.add_request(request)
+        positions = _record_prefill_positions(core.runner)
+        chunks: dict[str, list] = {}
+        while core.has_work():
+            for chunk in core.step():
+                chunks.setdefault(chunk.request_id, []).append(np.concatenate([chunk.latents.ravel(), chunk.samples]))
+        assert positions == ([11 * after] if after else []) if ahead else [11 * (3 + after)]
+        assert sorted(len(value) for value in chunks.values()) == [4] * (3 + after)
+        assert len(core.scheduler.free_slots) == 6 and not core.scheduler.requests
+        results.append(chunks)
+    for key in results[1]:
+        np.testing.assert_array_equal(np.stack(results[0][key]), np.stack(results[1][key]))
