@@ -14,7 +14,7 @@ up to the final rounding.
 from __future__ import annotations
 
 import math
-import secrets
+import random
 from typing import Protocol
 
 import torch
@@ -31,8 +31,10 @@ class NoiseSource(Protocol):
 
 
 def draw_seed() -> int:
-    """A fresh seed for a request that did not ask for one (GenerationParams.seed range)."""
-    return secrets.randbits(63)
+    """A fresh seed for a request that did not ask for one (GenerationParams.seed range), from the process's Mersenne
+    Twister rather than the OS, which would give the GIL up for every request (engine.params.new_request_id says
+    why that matters)."""
+    return random.getrandbits(63)
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:

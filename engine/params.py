@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import random
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,12 +68,22 @@ class Prompt:
         return self.latents is None and self.reference_latents is None
 
 
+def new_request_id() -> str:
+    """32 random hex digits from the process's Mersenne Twister (which the random module reseeds in a forked child),
+    not from the OS: os.urandom (uuid4, secrets) gives the GIL up, and a thread that does so for each of a burst's
+    requests keeps the engine loop's thread from taking it (CPython makes the holder hand it over only when it did not
+    change hands during the waiter's switch interval, and a release and re-take is a change). On the development
+    machine the loop woke 20-50 ms after a burst's first request instead of ~1 ms: docs/benchmarks.md, "Twenty-ninth
+    session"."""
+    return f"{random.getrandbits(128):032x}"
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
     text: str
     prompt: Prompt = field(default_factory=Prompt)
     params: GenerationParams = field(default_factory=GenerationParams)
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    request_id: str = field(default_factory=new_request_id)
     # time.monotonic() (one clock for every process of a host) when the caller made the request: a front end makes it
     # as the segment's text is released. The step trace compares it with when the engine took the request in.
     arrival_time: float = field(default_factory=time.monotonic)
