@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import threading
@@ -28,6 +29,21 @@ def test_request_ids_are_32_hex_digits_and_differ() -> None:
     assert len(ids) == 10_000 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
     assert len({GenerationRequest(text="x").request_id for _ in range(100)}) == 100
     assert len({draw_seed() for _ in range(1000)}) == 1000 and all(0 <= draw_seed() < 2**63 for _ in range(1000))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_draws_other_ids_than_its_parent() -> None:
+    """The server's processes may be forked: the random module reseeds a forked child, so ids do not repeat."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, then out at once
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    assert len(child) == 32 and child != new_request_id()
 
 
 def _wake_ms(work: object) -> float:
