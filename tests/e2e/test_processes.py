@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -279,15 +280,24 @@ async def test_connect_and_disconnect_cycles_leak_nothing(tiny_checkpoint: Calla
         for start in range(0, 1000, 50):
             await asyncio.gather(*(cycle(i) for i in range(start, start + 50)))
 
+        statuses: list[tuple[float, dict]] = []
+
         async def settled() -> bool:
+            # Settled for longer than the engine's idle report takes to come (every 0.25 s): a worker's view of the
+            # engine is that of the last message it got from it, and a step's items can overtake a report written a
+            # moment before them, so one settled read may be followed by a stale one.
             status = await server.status()
             engine = status["engine"]
             # an abort reaches the engine process a moment after the worker lets go of its context
             idle = engine["running"] == engine["paused"] == engine["waiting"] == 0
-            return status["connections"]["active"] == 0 and status["contexts"]["generating"] == 0 and idle
+            if not (status["connections"]["active"] == 0 and status["contexts"]["generating"] == 0 and idle):
+                statuses.clear()
+                return False
+            statuses.append((time.monotonic(), status))
+            return statuses[-1][0] - statuses[0][0] >= 0.3
 
         await until(settled)
-        after = await server.status()
+        after = statuses[-1][1]
         assert after["contexts"] == {"active": 0, "generating": 0, "queued": 0, "paused": 0}
         assert after["engine"]["running"] == after["engine"]["paused"] == after["engine"]["waiting"] == 0
         assert after["engine"]["kv_blocks_free"] == before["engine"]["kv_blocks_free"]
