@@ -284,8 +284,9 @@ async def test_connect_and_disconnect_cycles_leak_nothing(tiny_checkpoint: Calla
 
         async def settled() -> bool:
             # Settled for longer than the engine's idle report takes to come (every 0.25 s): a worker's view of the
-            # engine is that of the last message it got from it, and a step's items can overtake a report written a
-            # moment before them, so one settled read may be followed by a stale one.
+            # engine is that of the last message it got from it, and an idle report whose figures were read just
+            # before a step's can reach the worker after that step's items, so one settled read may precede a stale
+            # one (engine.process: report() reads the stats before it queues them).
             status = await server.status()
             engine = status["engine"]
             # an abort reaches the engine process a moment after the worker lets go of its context
