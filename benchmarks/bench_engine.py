@@ -32,7 +32,7 @@ TTFB; every line says which (`pace_admissions`).
 Once the engine has warmed up, the bench settles its process as the server's engine process does before its first
 request (engine.process.settle_for_serving: what exists leaves the collector's scans, the GIL's switch interval
 shortens); `--settle off` leaves Python's defaults, as the bench had them up to the 2026-12-03 results; every line
-says which (`settle`).
+says which (`settle`), and at which switch interval (`--switch-interval-us`, `switch_interval_us`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 
 from engine import AsyncEngine, EngineConfig, GenerationParams, GenerationRequest
-from engine.process import settle_for_serving
+from engine.process import SWITCH_INTERVAL_S, settle_for_serving
 
 TEXT = "The quick brown fox jumps over the lazy dog while the weather report plays on the radio in the kitchen."
 
@@ -121,7 +121,7 @@ async def main(args: argparse.Namespace) -> None:
     engine = AsyncEngine(config)
     await engine.start()
     if args.settle == "on":
-        settle_for_serving()
+        settle_for_serving(args.switch_interval_us / 1e6)
     from engine.lora.make_adapter import make_adapter
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-loras-"))
@@ -143,6 +143,7 @@ async def main(args: argparse.Namespace) -> None:
         "prefill_ahead_tokens": config.prefill_ahead_tokens,
         "prompt_positions": engine.core.make_sequence(GenerationRequest(text=args.text)).num_prompt,
         "settle": args.settle == "on",
+        "switch_interval_us": args.switch_interval_us if args.settle == "on" else None,
     }
     print(json.dumps(header | {"sample_rate": sample_rate} | settings), flush=True)
     for _ in range(args.warmup):
@@ -191,6 +192,7 @@ async def main(args: argparse.Namespace) -> None:
             "coalesce_ms": config.coalesce_ms,
             "coalesce_max_ms": config.coalesce_max_ms,
             "settle": args.settle == "on",
+            "switch_interval_us": args.switch_interval_us if args.settle == "on" else None,
         }
         if outliers:
             others = results[outliers:] or results
@@ -251,6 +253,12 @@ if __name__ == "__main__":
         choices=["on", "off"],
         default="on",
         help="settle the warmed-up process as the server's engine process does (engine.process.settle_for_serving)",
+    )
+    p.add_argument(
+        "--switch-interval-us",
+        type=float,
+        default=SWITCH_INTERVAL_S * 1e6,
+        help="the GIL's switch interval once settled (the engine process's: engine.process.SWITCH_INTERVAL_S)",
     )
     p.add_argument("--text", default=TEXT, help="every request's text (the prompt's length is the admissions' cost)")
     asyncio.run(main(p.parse_args()))

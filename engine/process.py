@@ -231,7 +231,7 @@ class Intake:
         channel.sock.close()
 
 
-def settle_for_serving() -> None:
+def settle_for_serving(switch_interval_s: float = SWITCH_INTERVAL_S) -> None:
     """Once loaded and warmed up, before the first request. Everything made so far (torch, the model, its graphs)
     lives as long as the process: it leaves the collector's scans, which stop every thread, the step loop's too
     (the server's processes do the same). And the GIL changes hands sooner: the step loop gives it up at every wait
@@ -241,7 +241,7 @@ def settle_for_serving() -> None:
     """
     gc.collect()
     gc.freeze()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    sys.setswitchinterval(switch_interval_s)
 
 
 def run(config: EngineConfig, path: str, control: Connection, gpu: str | None = None) -> None:
