@@ -1,0 +1,22 @@
+# For the next session's first call, on an H200 (an H100 will do for the A/B): the branch `ahead-graph` (3920f05: a
+# prefill ahead in full passes of 8,192 positions over at most 256 rows, each one replay of its own backbone graph
+# instead of ~2,100 eager torch calls that each wait out a GIL switch interval beside the burst's submitter; see
+# README.md here) against main, before merging it. Prepare on the development machine:
+#   git checkout ahead-graph && python benchmarks/ab_trees.py prepare --ref main --out .carry/base   (carry .carry)
+# GPU tests of the backbone graphs (the ahead key's included), then two interleaved pairs of issue 16's c=1,024 run
+# with step traces (each round's trace holds base's burst, then the branch's), then c=1 on the branch. ~6 min.
+source scripts/device_env.sh > /tmp/gpu.txt; tee $OUT/log.txt < /tmp/gpu.txt
+D=benchmarks/results/h100-2026-12-07c
+T0=$(date +%s); t() { echo "$1 rc=$2 $(( $(date +%s)-T0 ))s" | tee -a $OUT/log.txt; }
+python3 -m engine.models.voxcpm.make_checkpoint --variant voxcpm2 --size full --no-stop --out /tmp/c2 >/dev/null 2>>/tmp/err.txt; t checkpoint $?
+ln -sfn /tmp/c2 /tmp/ckpt-voxcpm2  # compare_anchor.sh's path, for a follow-up call on the warm machine
+timeout 150 python3 -m pytest -q -m gpu tests/engine/test_cuda_graphs.py 2>&1 | tail -3 | tee -a $OUT/log.txt; t gpu_tests $?
+F="--model /tmp/c2 --steps 60 --max-num-seqs 1024 --fp8-gemms on --fp8-backbone on --fp8-backbone-min-rows 8192 --coalesce-ms 5 --coalesce-max-ms 150"
+for r in 1 2; do
+  timeout 170 python3 benchmarks/ab_trees.py run --base .carry/base -- python3 benchmarks/bench_engine.py $F --concurrency 1024 --step-trace $OUT/trace_r$r.jsonl 2>>/tmp/err.txt | grep '"concurrency"' | sed "s/^{/{\"r\": $r, /" | tee -a $OUT/bench.jsonl | cut -c1-200; t ab$r $?
+  python3 $D/steps.py $OUT/trace_r$r.jsonl | tee -a $OUT/spans.jsonl | cut -c1-500
+  gzip $OUT/trace_r$r.jsonl
+done
+timeout 60 python3 benchmarks/bench_engine.py --model /tmp/c2 --steps 60 --concurrency 1 1 --warmup 2 2>>/tmp/err.txt | grep '"concurrency"' > $OUT/c1.jsonl; t c1 $?
+cut -c1-200 $OUT/c1.jsonl
+tail -3 /tmp/err.txt
