@@ -1,4 +1,4 @@
-# For the next session's first call, on an H200 (an H100 will do for the A/B): the branch `ahead-graph` (3920f05: a
+# For the next session's first call, on an H200 (an H100 will do for the A/B): the branch `ahead-graph` (a
 # prefill ahead in full passes of 8,192 positions over at most 256 rows, each one replay of its own backbone graph
 # instead of ~2,100 eager torch calls that each wait out a GIL switch interval beside the burst's submitter; see
 # README.md here) against main, before merging it. Prepare on the development machine:
