@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 IDLE_POSITIONS_PER_SLOT = 96  # a sentence or two of text: the default idle step budget's share of each slot
+# A pass prefilled ahead of a burst's first step (EngineCore.prefill_ahead) holds prefill_ahead_tokens prompt positions
+# over at most one request per AHEAD_POSITIONS_PER_ROW of them (at least AHEAD_MIN_ROWS, at most max_num_seqs): with
+# CUDA graphs each pass is one replay of a backbone graph of that size, where an eager pass of ~100 requests makes
+# ~2,100 torch calls, each of which waits out a GIL switch interval beside the burst's submitter (on an H100, 113-153 ms
+# a pass; docs/benchmarks.md, "Thirtieth session"). One row per 32 positions holds a burst of short sentences (VoxCPM2
+# prompts of 90 positions: 91 a pass) and bounds the rows a graph pads.
+AHEAD_POSITIONS_PER_ROW = 32
+AHEAD_MIN_ROWS = 8
 
 
 @dataclass(slots=True)
@@ -29,9 +37,10 @@ class EngineConfig:
     # requests of 90 positions: in 11 waves over 2.3 s, xRT 834 and TTFB p50 963 ms; in one 738 ms step, 880 and 835).
     idle_prefill_tokens: int | None = None
     # While a burst's arrivals wait for the rest of it at an idle engine (coalesce_ms below), each time this many of
-    # their prompt positions are queued the step loop admits them and queues their prefill, so that the backbone
-    # works through the burst while it still arrives and its first step is left with the last arrivals' prompts and
-    # the solvers' start (VoxCPM; a family that cannot, Qwen3-TTS, waits as before). 0: never.
+    # their prompt positions are queued the step loop takes them in and prefills them in full passes of this many
+    # (prefill_ahead_chunk), so that the backbone works through the burst while it still arrives and its first step
+    # is left with the last arrivals' prompts and the solvers' start (VoxCPM; a family that cannot, Qwen3-TTS, waits
+    # as before). 0: never.
     prefill_ahead_tokens: int = 8192
     max_patches: int = 2000  # absolute cap on generated patches per request
     # When idle, the first arrival waits for the rest of its burst: admission starts once no request arrived for
@@ -109,3 +118,10 @@ class EngineConfig:
         if idle is None:
             idle = max(16384, IDLE_POSITIONS_PER_SLOT * self.max_num_seqs)
         return max(idle, self.max_prefill_tokens)
+
+    @property
+    def prefill_ahead_chunk(self) -> tuple[int, int]:
+        """A pass prefilled ahead: at most this many prompt positions over at most this many requests (see
+        AHEAD_POSITIONS_PER_ROW)."""
+        tokens = self.prefill_ahead_tokens
+        return tokens, min(self.max_num_seqs, max(AHEAD_MIN_ROWS, tokens // AHEAD_POSITIONS_PER_ROW))

@@ -12,7 +12,9 @@ VoxCPM's runner, for one, runs a step as a short pipeline of graph replays over 
 - finish, per batch bucket: the on-device feedback of the patch, the streaming VAE decode, the packed result.
 - prefill backbone, per (token bucket, sequence bucket): the LMs over the prompts of a small text-only
   admission; replayed, an admission of one request costs one launch instead of ~600, most of the time to first
-  audio at low load. Larger admissions are GPU-bound and run eagerly.
+  audio at low load. Larger admissions are GPU-bound and run eagerly, but for the full passes prefilled ahead of a
+  burst's first step, which replay one key of their own (`PrefillBuckets.ahead`): while the burst still arrives,
+  its submitter holds the GIL, which each of an eager pass's ~2,100 torch calls waits to take back.
 Eager, one step at B=1 is ~2,500 launches (the 9 LocDiT calls dominate), ~70 ms of launch overhead on an H200;
 replayed, it is about a dozen. Qwen3-TTS's runner (engine/models/qwen3tts/runner.py) has two: the whole frame
 per batch bucket, and an admission's talker prefill with frame 0's codebook 0 per (token bucket, sequence bucket),
@@ -106,25 +108,36 @@ def smallest_fit(sizes: Sequence[int], n: int) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class PrefillBuckets:
-    """The (token bucket, sequence bucket) keys of the prefill backbone graphs."""
+    """The (token bucket, sequence bucket) keys of the prefill backbone graphs, and `ahead`: the key of a pass
+    prefilled ahead of a burst's first step (EngineConfig.prefill_ahead_chunk) where no other key holds one. Only
+    passes ahead replay it: they are full, while a step's admission padded to it could run several times its
+    positions."""
 
     tokens: list[int]
     seqs: list[int]
+    ahead: tuple[int, int] | None = None
 
     @classmethod
-    def up_to(cls, max_tokens: int, max_seqs: int) -> PrefillBuckets:
+    def up_to(cls, max_tokens: int, max_seqs: int, ahead: tuple[int, int] | None = None) -> PrefillBuckets:
         tokens = sorted({t for t in PREFILL_TOKEN_BUCKETS if t < max_tokens} | {max_tokens})
-        return cls(tokens, [s for s in PREFILL_SEQ_BUCKETS if s <= max_seqs])
+        buckets = cls(tokens, [s for s in PREFILL_SEQ_BUCKETS if s <= max_seqs])
+        if ahead is None or buckets.key_for(*ahead) is not None:
+            return buckets
+        return cls(buckets.tokens, buckets.seqs, ahead)
 
     def keys(self) -> list[tuple[int, int]]:
-        return list(itertools.product(self.tokens, self.seqs))
+        keys = list(itertools.product(self.tokens, self.seqs))
+        return keys if self.ahead is None else [*keys, self.ahead]
 
-    def key_for(self, tokens: int, seqs: int) -> tuple[int, int] | None:
-        """The smallest key holding an admission of `tokens` prompt positions over `seqs` sequences, if any."""
+    def key_for(self, tokens: int, seqs: int, ahead: bool = False) -> tuple[int, int] | None:
+        """The smallest key holding an admission of `tokens` prompt positions over `seqs` sequences, if any: the
+        `ahead` key only for a pass ahead."""
         token_bucket, seq_bucket = smallest_fit(self.tokens, tokens), smallest_fit(self.seqs, seqs)
-        if token_bucket is None or seq_bucket is None:
-            return None
-        return token_bucket, seq_bucket
+        if token_bucket is not None and seq_bucket is not None:
+            return token_bucket, seq_bucket
+        if ahead and self.ahead is not None and tokens <= self.ahead[0] and seqs <= self.ahead[1]:
+            return self.ahead
+        return None
 
 
 class GraphSet(Generic[K, T]):

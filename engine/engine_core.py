@@ -188,24 +188,28 @@ class EngineCore:
         return chunks
 
     def prefill_ahead(self) -> None:
-        """Admit what waits (at an idle step's budget) and prefill it ahead of the step that starts it, queueing the
-        device work without waiting for it: only while nothing decodes, so that a burst's first arrivals go through
-        the backbone while the rest arrive (engine.engine_loop). Any failure is fatal, as a step's."""
+        """Admit what waits in full passes (Scheduler.admit_ahead, EngineConfig.prefill_ahead_chunk) and prefill each
+        ahead of the step that starts it, queueing the device work without waiting for it: only while nothing
+        decodes, so that a burst's arrivals go through the backbone while the rest arrive (engine.engine_loop). A
+        part-filled pass waits. Each pass is traced; any failure is fatal, as a step's."""
         if not self.healthy:
             raise EngineError("the engine has failed")
-        start = self.clock()
-        try:
-            seqs = self.scheduler.admit_ahead()
-            if not seqs:
-                return
-            assert isinstance(self.runner, PrefillsAhead)
-            self.runner.prefill_ahead(seqs)
-        except Exception as exc:
-            self.fail()
-            raise EngineError(f"engine prefill failed: {exc!r}") from exc
-        for seq in seqs:
-            seq.num_cached = seq.num_prompt
-        self._trace(start, self.clock() - start, 0, seqs, sum(seq.num_prompt for seq in seqs), len(seqs))
+        assert self.prefill_ahead_tokens, "this engine prefills nothing ahead"
+        max_tokens, max_seqs = self.config.prefill_ahead_chunk
+        while True:
+            start = self.clock()
+            try:
+                seqs = self.scheduler.admit_ahead(max_tokens, max_seqs)
+                if not seqs:
+                    return
+                assert isinstance(self.runner, PrefillsAhead)
+                self.runner.prefill_ahead(seqs)
+            except Exception as exc:
+                self.fail()
+                raise EngineError(f"engine prefill failed: {exc!r}") from exc
+            for seq in seqs:
+                seq.num_cached = seq.num_prompt
+            self._trace(start, self.clock() - start, 0, seqs, sum(seq.num_prompt for seq in seqs), len(seqs))
 
     def _trace(
         self, start: float, seconds: float, batch: int, admitted: list[Sequence], positions: int, ahead: int

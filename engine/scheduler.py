@@ -5,7 +5,7 @@ admission never freezes the streams already playing (the anchor engine runs pref
 per-step prefill is bounded by `max_prefill_tokens`, which bounds how much an admission can stretch a
 step, and by the larger `idle_prefill_tokens` when nothing decodes (no stream waits for that step). Neither a burst's
 leads, which the step loop admitted alone ahead of it (engine.engine_loop), nor its requests prefilled while it still
-arrived (`admit_ahead`) count as decoding: they wait for the step that admits the rest of it. Admission
+arrived (`admit_ahead`, in full passes) count as decoding: they wait for the step that admits the rest of it. Admission
 is FIFO and stops at the first request that does not fit (slots, KV blocks, prefill budget), so a long prompt
 cannot be overtaken forever by short ones. With an AdmissionPacer (engine/pacing.py) the
 prefill budget is also what the playing streams can spare: an admission must not run them dry.
@@ -13,6 +13,7 @@ prefill budget is also what the playing streams can spare: an admission must not
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 
 from engine.block_manager import BlockManager
@@ -117,17 +118,30 @@ class Scheduler:
         self.leads = frozenset()
         return batch + self._admit(budget, full)
 
-    def admit_ahead(self) -> list[Sequence]:
-        """Admit the queue's head run at the idle budget ahead of the step that starts it: while a burst still arrives
-        at an idle engine, its first arrivals' prompts are prefilled (EngineCore.prefill_ahead), and the next step
-        starts their solvers with the rest of the burst's. Nothing may be decoding."""
+    def admit_ahead(self, max_tokens: int, max_seqs: int) -> list[Sequence]:
+        """A full pass of the queue's head run, admitted ahead of the step that starts it: while a burst still arrives
+        at an idle engine, its arrivals' prompts are prefilled a pass at a time (EngineCore.prefill_ahead) and the
+        next step starts their solvers with the rest of the burst's. A pass holds at most `max_tokens` prompt
+        positions (a longer prompt goes alone) over at most `max_seqs` requests, and is full once the next waiting
+        request would not fit it; a part-filled one is not admitted (more of the burst may come to fill it, or its
+        step takes it in). Nothing may be decoding."""
         assert not self._decoding(self._stepped()), "prefill ahead only at an idle engine"
-        return self._admit(self.idle_prefill_tokens, self.idle_prefill_tokens)
+        count = positions = 0
+        for seq in itertools.islice(self.waiting, max_seqs):
+            if count and positions + seq.num_prompt > max_tokens:
+                break
+            count += 1
+            positions += seq.num_prompt
+        else:
+            if count < max_seqs and positions < max_tokens:
+                return []
+        return self._admit(max_tokens, max_tokens, count)
 
-    def _admit(self, budget: int, full: int) -> list[Sequence]:
-        """FIFO admissions within `budget` positions of a step's `full` budget: slots and KV blocks handed out."""
-        admitted = []
-        while self._can_admit_head(budget, full):
+    def _admit(self, budget: int, full: int, max_seqs: int | None = None) -> list[Sequence]:
+        """FIFO admissions within `budget` positions of a step's `full` budget (and `max_seqs` requests): slots and KV
+        blocks handed out."""
+        admitted: list[Sequence] = []
+        while self._can_admit_head(budget, full) and (max_seqs is None or len(admitted) < max_seqs):
             seq = self.waiting.popleft()
             self.block_manager.allocate(seq)
             seq.slot = self.free_slots.pop()

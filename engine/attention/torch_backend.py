@@ -38,13 +38,16 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         return out.transpose(1, 2)
     batch, len_q, heads, dim = q.shape
     kv_heads = k.shape[2]
-    # Query head j reads kv head j // group (the repeat_interleave convention of SDPA's enable_gqa).
-    qg = q.reshape(batch, len_q, kv_heads, heads // kv_heads, dim).float()
-    scores = torch.einsum("bqhgd,bkhd->bhgqk", qg, k.float()) * scale
+    # Query head j reads kv head j // group (the repeat_interleave convention of SDPA's enable_gqa). At least fp32;
+    # float64 stays float64: the tests' bit-exact batchings would otherwise depend on fp32 GEMMs, which some CPUs' BLAS
+    # rounds differently for other batch sizes (AVX-512: one sequence against four, 4e-7 apart).
+    compute = torch.promote_types(q.dtype, torch.float32)
+    qg = q.reshape(batch, len_q, kv_heads, heads // kv_heads, dim).to(compute)
+    scores = torch.einsum("bqhgd,bkhd->bhgqk", qg, k.to(compute)) * scale
     if mask is not None:
         scores = scores.masked_fill(~mask[:, None, None], float("-inf"))
     probs = scores.softmax(dim=-1)
-    out = torch.einsum("bhgqk,bkhd->bqhgd", probs, v.float())
+    out = torch.einsum("bhgqk,bkhd->bqhgd", probs, v.to(compute))
     return out.reshape(batch, len_q, heads, dim).to(q.dtype)
 
 

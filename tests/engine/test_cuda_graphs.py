@@ -41,10 +41,17 @@ def test_bucket_sizes_cover_every_batch_up_to_the_maximum() -> None:
 
 def test_prefill_graph_keys() -> None:
     buckets = PrefillBuckets.up_to(max_tokens=1024, max_seqs=4)
-    assert buckets.tokens == [64, 128, 256, 512, 1024] and buckets.seqs == [1, 2, 4]
+    assert buckets.tokens == [64, 128, 256, 512, 1024] and buckets.seqs == [1, 2, 4] and buckets.ahead is None
     assert buckets.keys()[:4] == [(64, 1), (64, 2), (64, 4), (128, 1)] and len(buckets.keys()) == 15
     assert buckets.key_for(1, 1) == (64, 1) and buckets.key_for(65, 3) == (128, 4) and buckets.key_for(1024, 4)
     assert buckets.key_for(1025, 1) is None and buckets.key_for(10, 5) is None
+    # Passes ahead get a key of their own where no other holds them, replayed for them only.
+    assert PrefillBuckets.up_to(1024, 8, ahead=(512, 8)).ahead is None  # (512, 8) holds such a pass
+    buckets = PrefillBuckets.up_to(1024, 1024, ahead=(8192, 256))
+    assert buckets.ahead == (8192, 256) and buckets.keys()[-1] == (8192, 256) and len(buckets.keys()) == 21
+    assert buckets.key_for(9000, 200) is None and buckets.key_for(8192, 256) is None
+    assert buckets.key_for(8192, 256, ahead=True) == (8192, 256) and buckets.key_for(100, 2, ahead=True) == (128, 2)
+    assert buckets.key_for(8193, 10, ahead=True) is None and buckets.key_for(100, 257, ahead=True) is None
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -205,27 +212,42 @@ def test_backbone_graph_plumbing_on_cpu(tiny_checkpoint, monkeypatch: pytest.Mon
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=request_id)
 
 
-def test_prefill_ahead_through_the_backbone_graphs_on_cpu(tiny_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("prefill_graph_tokens", [8, 256])
+def test_prefill_ahead_through_the_backbone_graphs_on_cpu(
+    tiny_checkpoint, monkeypatch: pytest.MonkeyPatch, prefill_graph_tokens: int
+) -> None:
     """Requests prefilled ahead through a backbone graph keep its outputs (static buffers the next replay overwrites)
-    until their first step, with the stand-in capture: two prefilled ahead, two more admitted with them, against all
-    four admitted in one step: the same chunks up to a padded backbone's fp32 rounding, the keys as expected."""
+    until their first step, with the stand-in capture: a full pass of two prefilled ahead, two more admitted with
+    them, against all four admitted in one step: the same chunks up to a padded backbone's fp32 rounding. The pass
+    replays a step's key where one holds it (256), else the key of passes ahead (8: 2 x 5 positions over at most 8
+    rows), which a step's admission never replays (eager)."""
     checkpoint = tiny_checkpoint("voxcpm2", stop=False)
+    requests = [
+        GenerationRequest(text=f"hello r{i}", params=GenerationParams(seed=i + 1, max_patches=4), request_id=f"r{i}")
+        for i in range(4)
+    ]
+    positions = EngineCore(engine_config(checkpoint)).make_sequence(requests[0]).num_prompt
     results, keys = [], []
     for ahead in (True, False):
-        core = EngineCore(engine_config(checkpoint, max_num_seqs=8, max_patches=4))
-        replays = _graphed_on_cpu(core, monkeypatch, prefill_graph_tokens=256)
-        for i in range(4):
-            params = GenerationParams(seed=i + 1, max_patches=4)
-            core.add_request(GenerationRequest(text=f"hello r{i}", params=params, request_id=f"r{i}"))
+        config = engine_config(checkpoint, max_num_seqs=8, max_patches=4, prefill_ahead_tokens=2 * positions)
+        core = EngineCore(config)
+        replays = _graphed_on_cpu(core, monkeypatch, prefill_graph_tokens)
+        for i, request in enumerate(requests):
+            core.add_request(request)
             if ahead and i == 1:
                 core.prefill_ahead()
+                assert len(core.scheduler.running) == 2
         chunks: Chunks = {}
         while core.has_work():
             for chunk in core.step():
                 chunks.setdefault(chunk.request_id, []).append((chunk.latents.copy(), chunk.samples.copy()))
         results.append(chunks)
         keys.append([key for name, key in replays if name == "backbone"])
-    assert keys == [[(64, 2), (64, 2)], [(64, 4)]]
+    assert positions == 5
+    if prefill_graph_tokens == 8:
+        assert keys == [[(10, 8)], []]
+    else:
+        assert keys == [[(64, 2), (64, 2)], [(64, 4)]]
     assert results[0].keys() == results[1].keys() and len(results[0]) == 4
     for request_id, chunks in results[0].items():
         for (a, _), (b, _) in zip(chunks, results[1][request_id], strict=True):
@@ -234,14 +256,20 @@ def test_prefill_ahead_through_the_backbone_graphs_on_cpu(tiny_checkpoint, monke
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_graphed_prefill_backbone_matches_eager(tmp_path) -> None:
+@pytest.mark.parametrize("ahead", [False, True])
+def test_graphed_prefill_backbone_matches_eager(tmp_path, ahead: bool) -> None:
     """The backbone of text-only admissions replayed from its graph (flash-attn varlen over padded positions and
     empty padded sequences) against the eager backbone: same hiddens up to bf16 rounding, same K/V written, and
-    nothing written outside the requests' blocks but the scratch block."""
+    nothing written outside the requests' blocks but the scratch block. `ahead`: through the key of passes prefilled
+    ahead (2,048 positions over 8 rows, most of them padding, the queries' bound the model's 128 rounded to a
+    block)."""
     from tests.engine.models.voxcpm.test_model_gpu import _head_dim_64_checkpoint
 
     checkpoint = _head_dim_64_checkpoint(tmp_path / "hd64")
-    core = EngineCore(engine_config(checkpoint, device="cuda", dtype="bfloat16", max_num_seqs=8, kv_block_size=256))
+    config = engine_config(
+        checkpoint, device="cuda", dtype="bfloat16", max_num_seqs=8, kv_block_size=256, prefill_ahead_tokens=2048
+    )
+    core = EngineCore(config)
     runner = core.runner
     graphs = runner.graphs
     assert graphs is not None and graphs.backbone is not None and graphs.backbone_buckets is not None
@@ -257,7 +285,9 @@ def test_graphed_prefill_backbone_matches_eager(tmp_path) -> None:
         for cache in caches:
             cache.zero_()
         key = graphs.backbone_buckets.key_for(sum(seq.num_prompt for seq in seqs), len(seqs))
-        assert key == (64, 4)
+        assert key == (64, 4) and graphs.backbone_buckets.ahead == (2048, 8)
+        if ahead:
+            key = graphs.backbone_buckets.ahead
         packed = torch.from_numpy(runner._pack_prefill(seqs, *key)).to(runner.device)
         fill = lambda: runner._prefill_static[: packed.numel()].copy_(packed)  # noqa: E731
         slots, *graphed = graphs.backbone.run(key, fill)

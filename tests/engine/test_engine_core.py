@@ -87,6 +87,35 @@ def test_step_trace_has_a_line_per_step_with_its_admissions(checkpoint, tmp_path
     assert trace_file is not None and trace_file.closed and core.trace is None
 
 
+def test_prefill_ahead_runs_every_full_pass_that_waits_and_traces_each(checkpoint, tmp_path):
+    """Five equal prompts queued, passes of two (prefill_ahead_tokens): two passes go ahead, each through the
+    runner and traced as a batch-0 line with its admissions; the fifth request waits for more of its burst or its
+    step, which then starts all five, prefilling only its prompt."""
+    trace = tmp_path / "trace.jsonl"
+    positions = EngineCore(engine_config(checkpoint)).make_sequence(make_request("x")).num_prompt
+    core = EngineCore(
+        engine_config(checkpoint, max_num_seqs=6, prefill_ahead_tokens=2 * positions, step_trace=str(trace))
+    )
+    assert core.config.prefill_ahead_chunk == (2 * positions, 6)  # at least 8 rows, at most max_num_seqs
+    passes: list[list[str]] = []
+    prefill_ahead = core.runner.prefill_ahead
+    core.runner.prefill_ahead = lambda seqs: (passes.append([seq.request_id for seq in seqs]), prefill_ahead(seqs))
+    for request_id in "abcde":
+        core.add_request(make_request(request_id, max_patches=2))
+    core.prefill_ahead()
+    assert passes == [["a", "b"], ["c", "d"]]
+    assert [seq.request_id for seq in core.scheduler.waiting] == ["e"]
+    run_until_idle(core)
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [(line["batch"], line["admitted"], line["positions"], line.get("ahead")) for line in lines] == [
+        (0, 2, 2 * positions, 2),
+        (0, 2, 2 * positions, 2),
+        (5, 5, positions, 4),
+        (5, 0, 0, None),
+    ]
+    assert [line["waiting"] for line in lines] == [3, 1, 0, 0]
+
+
 def test_text_length_cap_and_engine_cap(checkpoint):
     core = EngineCore(engine_config(checkpoint, max_patches=40))
     core.add_request(make_request("a", text="hi"))

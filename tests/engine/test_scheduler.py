@@ -118,23 +118,28 @@ def test_a_bursts_leads_do_not_count_as_decoding_for_the_step_that_admits_it():
     assert [seq.request_id for seq in scheduler.schedule() if seq.is_prefill] == ["e"]
 
 
-def test_requests_prefilled_ahead_are_admitted_at_the_idle_budget_and_step_as_prefills():
-    """admit_ahead (an idle engine, a burst still arriving): the queue's head run at the idle budget, slots and blocks
-    handed out. Once their KV is written (EngineCore.prefill_ahead) they do not count as decoding: more may go ahead,
-    and the step that starts them admits the rest at the idle budget (24 positions, not the step's 16), taking them
-    as prefills with nothing left to prefill. Once streams decode, nothing goes ahead."""
+def test_requests_prefilled_ahead_are_admitted_in_full_passes_and_step_as_prefills():
+    """admit_ahead (an idle engine, a burst still arriving): the queue's head run in passes of at most 24 positions
+    and 2 requests, slots and blocks handed out, only once a pass is full (a part-filled one waits for more of the
+    burst). Once their KV is written (EngineCore.prefill_ahead) they do not count as decoding: more may go ahead, and
+    the step that starts them admits the rest at the idle budget (24 positions, not the step's 16), taking them as
+    prefills with nothing left to prefill. Once streams decode, nothing goes ahead."""
     scheduler = make_scheduler(num_kv_blocks=128, max_num_seqs=8, max_prefill_tokens=16, idle_prefill_tokens=24)
-    for name in "abcd":
+    scheduler.add(make_seq("a", num_prompt=8))
+    assert scheduler.admit_ahead(24, 2) == []  # part-filled: 8 positions, one request
+    for name in "bcd":
         scheduler.add(make_seq(name, num_prompt=8))
-    ahead = scheduler.admit_ahead()
-    assert [seq.request_id for seq in ahead] == ["a", "b", "c"]  # 24 positions
+    ahead = scheduler.admit_ahead(24, 2)
+    assert [seq.request_id for seq in ahead] == ["a", "b"]  # two requests fill a pass
     check_invariants(scheduler)
     for seq in ahead:
         seq.num_cached = seq.num_prompt
-    assert [seq.request_id for seq in scheduler.admit_ahead()] == ["d"]  # what waits
-    scheduler.running[-1].num_cached = 8
     for name in "efgh":
         scheduler.add(make_seq(name, num_prompt=8))
+    ahead = scheduler.admit_ahead(20, 3)
+    assert [seq.request_id for seq in ahead] == ["c", "d"]  # 16 positions: "e" would not fit
+    for seq in ahead:
+        seq.num_cached = seq.num_prompt
     assert scheduler.admission_ahead([]) == 24  # nothing decodes: the idle budget
     batch = scheduler.schedule()
     assert [seq.request_id for seq in batch] == ["a", "b", "c", "d", "e", "f", "g"]
@@ -143,7 +148,28 @@ def test_requests_prefilled_ahead_are_admitted_at_the_idle_budget_and_step_as_pr
     scheduler.postprocess(batch, [False] * len(batch))
     check_invariants(scheduler)
     with pytest.raises(AssertionError, match="idle"):  # streams decode now
-        scheduler.admit_ahead()
+        scheduler.admit_ahead(24, 2)
+
+
+def test_a_pass_ahead_takes_a_prompt_longer_than_it_alone_and_stops_at_its_requests():
+    """A prompt longer than a pass goes alone (else it would never go ahead), full as it is; a pass of exactly its
+    positions is full without a next request, and one of its requests stops at them whatever positions are left."""
+    scheduler = make_scheduler(num_kv_blocks=128, max_num_seqs=8, max_model_len=64, idle_prefill_tokens=64)
+
+    def passed(max_tokens: int, max_seqs: int) -> list[str]:
+        seqs = scheduler.admit_ahead(max_tokens, max_seqs)
+        for seq in seqs:  # prefilled (EngineCore.prefill_ahead): not decoding
+            seq.num_cached = seq.num_prompt
+        return [seq.request_id for seq in seqs]
+
+    scheduler.add(make_seq("long", num_prompt=40))
+    assert passed(24, 4) == ["long"]
+    for name, positions in [("a", 10), ("b", 14), ("c", 4), ("d", 4), ("e", 4)]:
+        scheduler.add(make_seq(name, num_prompt=positions))
+    assert passed(24, 4) == ["a", "b"]  # exactly 24
+    assert passed(24, 2) == ["c", "d"]  # 8 positions, two requests
+    assert passed(24, 2) == []  # "e" alone: part-filled
+    check_invariants(scheduler)
 
 
 def test_the_idle_budget_is_never_below_the_step_budget():

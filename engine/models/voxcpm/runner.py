@@ -6,7 +6,8 @@ bucket on CUDA (engine/cuda_graphs.py) and run eagerly, the same code, elsewhere
 1. head: the backbone, then the solver's start (`VoxCPMModel.start`) into the static solver state `flow`.
    Decode: the one-position backbone from slot state, inside the decode head's graph. Prefill: the backbone over
    the prompts (variable length: replayed from a graph per (token, sequence) bucket when the admission is small
-   and text only, eager otherwise), then the prefill head's graph from its hiddens.
+   and text only, or a text-only pass prefilled ahead of a burst's first step; eager otherwise), then the prefill
+   head's graph from its hiddens.
 2. the Euler iterations, in place on `flow`: a part's rows come ordered by their Euler-step count, most first, and
    iteration k runs on the rows that still have steps, a prefix. Every count 1-100 replays the same graphs, and a
    request asking for many steps costs the others nothing but its own rows' work.
@@ -210,6 +211,8 @@ class VoxCPMRunner:
         # the longest admission: a step's budget (an idle engine's is the larger), or one prompt alone.
         self.pad_eager_prefill = self.device.type == "cuda"
         self.eager_max_tokens = max(config.idle_prefill_budget, config.max_model_len)
+        # A pass prefilled ahead (EngineCore.prefill_ahead): graphed as one key of its own (PrefillBuckets.ahead).
+        self.ahead_chunk = config.prefill_ahead_chunk if config.prefill_ahead_tokens else None
         self.graphs: StepGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager:
             self.graphs = self._capture_graphs(config.max_num_seqs, config.prefill_graph_tokens)
@@ -235,13 +238,14 @@ class VoxCPMRunner:
 
         backbone, backbone_buckets = None, None
         if prefill_graph_tokens:
-            backbone_buckets = PrefillBuckets.up_to(prefill_graph_tokens, max_rows)
+            backbone_buckets = PrefillBuckets.up_to(prefill_graph_tokens, max_rows, self.ahead_chunk)
             # One packed buffer for every key (one graph replays at a time) and the prompt latents, which stay zero
             # (text only).
-            size = self._packed_size(prefill_graph_tokens, backbone_buckets.seqs[-1])
+            keys = backbone_buckets.keys()
+            size = max(self._packed_size(tokens, rows) for tokens, rows in keys)
             self._prefill_static = torch.zeros(size, dtype=torch.int64, device=device)
             self._prefill_static_feats = torch.zeros(
-                prefill_graph_tokens, self.patch_size, self.feat_dim, device=device
+                max(tokens for tokens, _ in keys), self.patch_size, self.feat_dim, device=device
             )
             backbone = GraphSet(
                 lambda key: self._prefill_backbone_body(*key),
@@ -275,10 +279,11 @@ class VoxCPMRunner:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         packed = self._prefill_static[: self._packed_size(tokens, rows)]
         feats = self._prefill_static_feats[:tokens]
-        # Bounds, not lengths: padded positions may be queries (their rows are discarded), but no sequence holds
-        # more keys than max_model_len (rounded up to blocks), the width of a block table.
-        max_k = min(tokens, self.max_blocks_per_seq * self.block_size)
-        inputs, slots = self._unpack_prefill(packed, feats, tokens, rows, tokens, max_k, text_only=True)
+        # Bounds, not lengths: padded positions are discarded, and no sequence holds more queries or keys than
+        # max_model_len (rounded up to blocks), the width of a block table (the torch backend pads every sequence's
+        # queries to the bound).
+        bound = min(tokens, self.max_blocks_per_seq * self.block_size)
+        inputs, slots = self._unpack_prefill(packed, feats, tokens, rows, bound, bound, text_only=True)
         return (slots, *self.model.backbone(inputs))
 
     def _prepare_prefill_graph(self, tokens: int, rows: int) -> None:
@@ -473,7 +478,7 @@ class VoxCPMRunner:
         """engine.models.family.PrefillsAhead: the backbone over the prompts of `seqs`, admitted while their burst
         still arrives; their hiddens wait in `slot_head` for the step that starts their solvers."""
         self._admit(seqs)
-        self._keep_head_inputs(len(seqs), self._backbone(seqs))
+        self._keep_head_inputs(len(seqs), self._backbone(seqs, ahead=True))
 
     def _keep_head_inputs(self, rows: int, outputs: tuple[torch.Tensor, ...]) -> None:
         """A backbone's outputs (slots, then the prefill head's hiddens; their first `rows` rows are real) into
@@ -482,14 +487,15 @@ class VoxCPMRunner:
         for kept, value in zip(self.slot_head, hiddens, strict=True):
             kept[slots] = value
 
-    def _backbone(self, seqs: list[Sequence]) -> tuple[torch.Tensor, ...]:
-        """The backbone over the prompts of newly admitted requests (graphed for small text-only admissions, else
-        eager): their slots and the prefill head's hiddens, row i for seqs[i] (padded rows beyond)."""
+    def _backbone(self, seqs: list[Sequence], ahead: bool = False) -> tuple[torch.Tensor, ...]:
+        """The backbone over the prompts of newly admitted requests (graphed for small text-only admissions and
+        text-only passes `ahead`, else eager): their slots and the prefill head's hiddens, row i for seqs[i] (padded
+        rows beyond)."""
         graphs = self.graphs
         key = None
         buckets = graphs.backbone_buckets if graphs is not None else None
         if buckets is not None and not any(seq.prompt.audio_mask.any() for seq in seqs):
-            key = buckets.key_for(sum(seq.num_prompt for seq in seqs), len(seqs))
+            key = buckets.key_for(sum(seq.num_prompt for seq in seqs), len(seqs), ahead)
         if key is None:
             inputs, slots = self._prefill_inputs(seqs)
             return (slots, *self.model.backbone(inputs))

@@ -238,7 +238,8 @@ def test_requests_prefilled_ahead_of_their_step_give_the_same_bits(checkpoint, a
     prompts to the longest, which changes its float32 sums' rounding with the batch (flash-attn's do not pad)."""
     results = []
     for ahead in (True, False):
-        core = EngineCore(engine_config(checkpoint, dtype="float64", max_num_seqs=6))
+        # A pass ahead of 33 positions: the first three requests' prompts fill it.
+        core = EngineCore(engine_config(checkpoint, dtype="float64", max_num_seqs=6, prefill_ahead_tokens=33))
         latents = np.random.default_rng(1).standard_normal((3, core.info.patch_size, core.info.feat_dim))
         texts = ["quick fox", "small boat", "open door", "cold water"]
         requests = [
